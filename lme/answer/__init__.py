@@ -1,0 +1,1 @@
+"""Reader prompt composition and (later) re-read rules."""

@@ -1,0 +1,52 @@
+"""The reader: instruction + one JSON object (question, question date, memory)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lme.data.dates import format_moment
+from lme.data.records import Question
+from lme.errors import LmeError
+from lme.memory.base import Memory
+from lme.models.gateway import ModelSpec
+
+
+def compose_instruction(base: str, paragraphs: Mapping[str, str], names: Sequence[str]) -> str:
+    """The base instruction followed by the named paragraphs, joined by single spaces."""
+    parts = [base.strip()]
+    for name in names:
+        if name not in paragraphs:
+            raise LmeError(f"instructions: paragraph {name!r} is listed but not defined in instructions.paragraphs.")
+        parts.append(str(paragraphs[name]).strip())
+    return " ".join(part for part in parts if part)
+
+
+def reader_payload(question: Question, memory: Memory) -> str:
+    """The user message: one JSON object. Only neutral ids reach it."""
+    return json.dumps(
+        {
+            "question": question.question,
+            "question_date": format_moment(question.question_date),
+            "memory": memory.text,
+        },
+        ensure_ascii=False,
+    )
+
+
+def build_reader_messages(
+    instruction: str, question: Question, memory: Memory, instruction_role: str = "system"
+) -> list[dict[str, Any]]:
+    return [
+        {"role": instruction_role, "content": instruction},
+        {"role": "user", "content": reader_payload(question, memory)},
+    ]
+
+
+@dataclass(frozen=True)
+class Reader:
+    name: str
+    model: ModelSpec
+    instruction_role: str = "system"

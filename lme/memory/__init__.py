@@ -1,0 +1,1 @@
+"""Memory builders: turn a question and its rankings into the text a reader sees."""

@@ -1,0 +1,98 @@
+"""The retrieval baseline memory: top-ranked turns packed into a byte budget.
+
+Each turn is one block, `[s0009:3] 2023-05-20 (Saturday) 02:21 user: <content>`,
+in rank order, blocks separated by a blank line. A block that does not fit in
+what is left of the budget is skipped whole (never cut) and later, smaller ones
+are still tried. Only neutral ids, dates, roles and contents reach the text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from lme.budget import utf8_len
+from lme.data.dates import format_moment
+from lme.data.records import Question, Session, Turn
+from lme.memory.base import Memory
+from lme.retrieval.base import Retriever
+
+BLOCK_SEPARATOR = "\n\n"
+
+
+def pack_blocks(
+    blocks: Sequence[tuple[str, str]], max_bytes: int, separator: str = BLOCK_SEPARATOR
+) -> tuple[str, list[str], list[str]]:
+    """Pack (id, text) blocks in order into at most `max_bytes` UTF-8 bytes.
+
+    Blocks are joined with `separator` (counted in the budget); a block that
+    does not fit is skipped whole and the next ones are still tried. Returns
+    the packed text, the ids included and the ids skipped, each in input order.
+    """
+    if max_bytes < 0:
+        raise ValueError(f"max_bytes must be >= 0, got {max_bytes}.")
+    separator_bytes = utf8_len(separator)
+    parts: list[str] = []
+    included: list[str] = []
+    skipped: list[str] = []
+    used = 0
+    for block_id, text in blocks:
+        cost = utf8_len(text) + (separator_bytes if parts else 0)
+        if used + cost <= max_bytes:
+            parts.append(text)
+            included.append(block_id)
+            used += cost
+        else:
+            skipped.append(block_id)
+    return separator.join(parts), included, skipped
+
+
+def format_turn_block(turn: Turn, session: Session) -> str:
+    """`[s0009:3] 2023-05-20 (Saturday) 02:21 user: <content verbatim>`."""
+    return f"[{turn.turn_id}] {format_moment(session.date)} {turn.role}: {turn.content}"
+
+
+class RetrievedMemoryBuilder:
+    """The top `top_k` turns of one retriever, in rank order, within `max_bytes`."""
+
+    def __init__(
+        self, retriever: Retriever, top_k: int = 100, max_bytes: int = 96_000, name: str = "retrieved"
+    ) -> None:
+        if top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {top_k}.")
+        if max_bytes < 0:
+            raise ValueError(f"max_bytes must be >= 0, got {max_bytes}.")
+        self.retriever = retriever
+        self.top_k = top_k
+        self.max_bytes = max_bytes
+        self.name = name
+
+    def build(self, question: Question) -> Memory:
+        ranking = self.retriever.rank(question, self.top_k)
+        turns = {turn.turn_id: turn for turn in question.turns()}
+        blocks = []
+        seen: set[str] = set()
+        for turn_id in ranking.turn_ids[: self.top_k]:
+            if turn_id in seen:
+                continue
+            seen.add(turn_id)
+            turn = turns.get(turn_id)
+            if turn is None:
+                raise ValueError(
+                    f"question {question.question_id}: retriever {ranking.retriever!r} "
+                    f"returned turn id {turn_id!r}, which is not in the history."
+                )
+            blocks.append((turn_id, format_turn_block(turn, question.session_of(turn_id))))
+        text, included, skipped = pack_blocks(blocks, self.max_bytes)
+        return Memory(
+            text=text,
+            n_bytes=utf8_len(text),
+            turn_ids=tuple(included),
+            skipped_turn_ids=tuple(skipped),
+            notes={
+                "builder": self.name,
+                "retriever": ranking.retriever,
+                "top_k": str(self.top_k),
+                "max_bytes": str(self.max_bytes),
+                "ranked": str(len(blocks)),
+            },
+        )

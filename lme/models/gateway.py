@@ -1,0 +1,226 @@
+"""Every model call goes through `Gateway.complete`.
+
+It looks the request up in the call cache, limits concurrency per model,
+retries transient failures with exponential backoff and jitter (honouring
+`Retry-After`), bounds the attempts and the time per call, and accounts tokens
+and dollars per call. A call that still fails is returned as a failed
+`CallResult` (never raised, never cached) so the caller records it.
+
+litellm is imported lazily: it takes seconds to import.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from lme.models.cache import CallCache, call_key
+from lme.models.offline import OFFLINE_PROVIDER, register_offline_providers
+
+_RETRYABLE = (
+    "RateLimitError",
+    "Timeout",
+    "APIConnectionError",
+    "InternalServerError",
+    "ServiceUnavailableError",
+    "BadGatewayError",
+    "APIError",
+)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model and how to call it. Holds the *name* of the key's variable, never a key."""
+
+    model: str
+    params: dict[str, Any] = field(default_factory=dict)
+    api_base: str | None = None
+    api_key_env: str | None = None
+    concurrency: int = 8
+    timeout_s: float = 120.0
+    max_attempts: int = 5
+    backoff_base_s: float = 1.0
+    backoff_max_s: float = 60.0
+    input_cost_per_token: float | None = None  # overrides litellm's cost map when set
+    output_cost_per_token: float | None = None
+
+    @property
+    def is_offline(self) -> bool:
+        return self.model.startswith(OFFLINE_PROVIDER + "/")
+
+
+@dataclass(frozen=True)
+class CallResult:
+    model: str
+    key: str
+    text: str | None  # None when the call failed
+    error: str | None = None
+    cached: bool = False
+    attempts: int = 0
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    cost_usd: float | None = 0.0  # None when the price is unknown
+
+    @property
+    def ok(self) -> bool:
+        return self.text is not None
+
+
+def _usage_numbers(usage: Any) -> dict[str, int]:
+    def get(obj: Any, name: str) -> Any:
+        if obj is None:
+            return None
+        return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+
+    prompt_details = get(usage, "prompt_tokens_details")
+    completion_details = get(usage, "completion_tokens_details")
+    return {
+        "input_tokens": int(get(usage, "prompt_tokens") or 0),
+        "cached_input_tokens": int(get(prompt_details, "cached_tokens") or 0),
+        "output_tokens": int(get(usage, "completion_tokens") or 0),
+        "reasoning_tokens": int(get(completion_details, "reasoning_tokens") or 0),
+    }
+
+
+def _price(spec: ModelSpec, response: Any, usage: dict[str, int]) -> float | None:
+    if spec.is_offline:
+        return 0.0
+    if spec.input_cost_per_token is not None and spec.output_cost_per_token is not None:
+        return usage["input_tokens"] * spec.input_cost_per_token + usage["output_tokens"] * spec.output_cost_per_token
+    hidden = getattr(response, "_hidden_params", None) or {}
+    cost = hidden.get("response_cost")
+    if cost is not None:
+        return float(cost)
+    litellm = _import_litellm()
+    try:
+        return float(litellm.completion_cost(completion_response=response, model=spec.model))
+    except Exception:  # litellm raises many kinds for an unpriced model
+        return None
+
+
+_quietened = False
+
+
+def _import_litellm():
+    """litellm, imported on first use and told to keep its per-call chatter to itself."""
+    global _quietened
+    import litellm
+
+    if not _quietened:
+        import logging
+
+        litellm.suppress_debug_info = True
+        for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "litellm"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+        _quietened = True
+    return litellm
+
+
+def _retry_after(exc: BaseException) -> float | None:
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    if not headers:
+        return None
+    value = headers.get("retry-after") or headers.get("Retry-After")
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+class Gateway:
+    """The single place where model calls happen."""
+
+    def __init__(self, cache: CallCache | None = None, rng: random.Random | None = None) -> None:
+        self.cache = cache
+        self._rng = rng or random.Random()
+        self._semaphores: dict[str, asyncio.Semaphore] = {}
+        self._inflight: dict[str, asyncio.Future[CallResult]] = {}
+        self.calls_made = 0
+        self.calls_cached = 0
+        self.calls_failed = 0
+
+    def _semaphore(self, spec: ModelSpec) -> asyncio.Semaphore:
+        if spec.model not in self._semaphores:
+            self._semaphores[spec.model] = asyncio.Semaphore(max(1, spec.concurrency))
+        return self._semaphores[spec.model]
+
+    async def complete(self, spec: ModelSpec, messages: list[dict[str, Any]], seed: int | None) -> CallResult:
+        """One chat completion; identical concurrent requests share one call."""
+        key = call_key(spec.model, messages, spec.params, seed)
+        if self.cache is not None:
+            stored = self.cache.get(key)
+            if stored is not None:
+                self.calls_cached += 1
+                return CallResult(model=spec.model, key=key, cached=True, **stored)
+        if key in self._inflight:
+            shared = await asyncio.shield(self._inflight[key])
+            self.calls_cached += 1
+            return CallResult(**{**shared.__dict__, "cached": True})
+        future: asyncio.Future[CallResult] = asyncio.get_running_loop().create_future()
+        self._inflight[key] = future
+        try:
+            result = await self._call(spec, messages, key, seed)
+            future.set_result(result)
+            return result
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # mark retrieved
+            raise
+        finally:
+            del self._inflight[key]
+
+    async def _call(self, spec: ModelSpec, messages: list[dict[str, Any]], key: str, seed: int | None) -> CallResult:
+        litellm = _import_litellm()
+        if spec.is_offline:
+            register_offline_providers()
+        kwargs: dict[str, Any] = dict(spec.params)
+        if spec.api_base:
+            kwargs["api_base"] = spec.api_base
+        if spec.api_key_env:
+            api_key = os.environ.get(spec.api_key_env)
+            if api_key:
+                kwargs["api_key"] = api_key
+        last_error = "no attempt made"
+        attempts = 0
+        async with self._semaphore(spec):
+            for attempt in range(1, max(1, spec.max_attempts) + 1):
+                attempts = attempt
+                try:
+                    response = await asyncio.wait_for(
+                        litellm.acompletion(
+                            model=spec.model, messages=messages, timeout=spec.timeout_s, num_retries=0, **kwargs
+                        ),
+                        timeout=spec.timeout_s + 5,
+                    )
+                except Exception as exc:
+                    name = type(exc).__name__
+                    last_error = f"{name}: {_redact(str(exc), kwargs.get('api_key'))}"[:500]
+                    retryable = name in _RETRYABLE or isinstance(exc, asyncio.TimeoutError)
+                    if not retryable or attempt == spec.max_attempts:
+                        break
+                    delay = _retry_after(exc)
+                    if delay is None:
+                        delay = min(spec.backoff_max_s, spec.backoff_base_s * 2 ** (attempt - 1))
+                        delay *= 0.5 + self._rng.random()  # jitter
+                    await asyncio.sleep(delay)
+                    continue
+                text = response.choices[0].message.content
+                usage = _usage_numbers(getattr(response, "usage", None))
+                stored = {"text": text if text is not None else "", "attempts": attempt, **usage}
+                stored["cost_usd"] = _price(spec, response, usage)
+                if self.cache is not None:
+                    self.cache.put(key, spec.model, stored)
+                self.calls_made += 1
+                return CallResult(model=spec.model, key=key, **stored)
+        self.calls_failed += 1
+        return CallResult(model=spec.model, key=key, text=None, error=last_error, attempts=attempts)
+
+
+def _redact(message: str, secret: str | None) -> str:
+    return message.replace(secret, "[redacted]") if secret else message

@@ -1,0 +1,172 @@
+"""Offline stand-ins registered with litellm as the custom provider `lme-offline`.
+
+They let a whole evaluation run with no key and no network. They are NOT the
+paper's reader and NOT the LongMemEval judge, and are named so everywhere:
+
+- `lme-offline/extractive-reader` answers with the memory sentence that shares
+  the most content words with the question, or declines when none shares enough;
+- `lme-offline/lexical-judge` reads a filled judge prompt (labelled fields
+  `Question:`, `Correct Answer:` / `Rubric:` / `Explanation:`, `Model Response:`)
+  and says yes when the response holds the reference's content words (or, for
+  an abstention prompt, when the response declines).
+
+Token counts are estimates (characters / 4), and the calls cost nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+OFFLINE_PROVIDER = "lme-offline"
+READER_MODEL = f"{OFFLINE_PROVIDER}/extractive-reader"
+JUDGE_MODEL = f"{OFFLINE_PROVIDER}/lexical-judge"
+
+DECLINE_ANSWER = "The memory does not contain enough information to answer this question."
+
+_STOPWORDS = frozenset(
+    """a about above after again all am an and any are as at be because been before being below between both but by
+    can could did do does doing down during each few for from further had has have having he her here hers him his
+    how i if in into is it its itself just me more most my myself no nor not now of off on once only or other our
+    ours out over own same she should so some such than that the their theirs them then there these they this those
+    through to too under until up very was we were what when where which while who whom why will with would you your
+    yours yourself yourselves tell know remember much many""".split()
+)
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+_BLOCK_PREFIX = re.compile(r"^\[[^\]]*\][^\n]*?\b(?:user|assistant):\s*")
+_DECLINE_PATTERNS = re.compile(
+    r"not (?:contain )?enough information|insufficient information|cannot determine|can[’']t determine|"
+    r"not mentioned|no information|does not (?:include|mention|contain|record)|not specified|unanswerable|"
+    r"don[’']t know|do not know",
+    re.IGNORECASE,
+)
+
+
+def _stem(word: str) -> str:
+    for suffix in ("ing", "ed", "es", "s"):
+        if len(word) > len(suffix) + 2 and word.endswith(suffix):
+            return word[: -len(suffix)]
+    return word
+
+
+def content_words(text: str) -> set[str]:
+    """Lower-cased, crudely stemmed words that carry content."""
+    return {_stem(word) for word in (w.lower() for w in _WORD.findall(text)) if word not in _STOPWORDS}
+
+
+def estimate_tokens(text: str) -> int:
+    return max(1, len(text) // 4)
+
+
+def extractive_answer(question: str, memory: str, min_overlap: int = 2) -> str:
+    """The memory sentence sharing the most content words with the question, or a decline."""
+    wanted = content_words(question)
+    if not wanted:
+        return DECLINE_ANSWER
+    needed = 1 if len(wanted) <= 2 else min_overlap
+    best, best_score = None, 0
+    for block in memory.split("\n\n"):
+        block = _BLOCK_PREFIX.sub("", block.strip())
+        for sentence in _SENTENCE_END.split(block):
+            sentence = sentence.strip()
+            if not sentence:
+                continue
+            score = len(wanted & content_words(sentence))
+            if score > best_score:
+                best, best_score = sentence, score
+    if best is None or best_score < needed:
+        return DECLINE_ANSWER
+    return best
+
+
+def _field(prompt: str, labels: tuple[str, ...]) -> tuple[str | None, str | None]:
+    for label in labels:
+        match = re.search(rf"(?:^|\n){re.escape(label)}:[ \t]*(.*?)\n\n(?:Model Response|[A-Z][\w ]*):", prompt, re.S)
+        if match:
+            return label, match.group(1).strip()
+    return None, None
+
+
+def lexical_verdict(prompt: str, threshold: float = 0.5) -> str:
+    """'yes' or 'no' for a filled judge prompt, by word overlap (an offline stand-in)."""
+    response_match = re.search(r"(?:^|\n)Model Response:[ \t]*(.*)\n\n[^\n]*\Z", prompt, re.S)
+    response = response_match.group(1).strip() if response_match else ""
+    label, reference = _field(prompt, ("Explanation", "Correct Answer", "Rubric"))
+    if label == "Explanation":
+        return "yes" if _DECLINE_PATTERNS.search(response) else "no"
+    if reference is None:
+        return "no"
+    if reference.lower() in response.lower():
+        return "yes"
+    wanted = content_words(reference)
+    if not wanted:
+        return "no"
+    found = len(wanted & content_words(response)) / len(wanted)
+    return "yes" if found >= threshold and not _DECLINE_PATTERNS.search(response) else "no"
+
+
+def _last_user_text(messages: list[dict[str, Any]]) -> str:
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            content = message.get("content")
+            return content if isinstance(content, str) else json.dumps(content)
+    return ""
+
+
+def respond(model: str, messages: list[dict[str, Any]]) -> str:
+    """The offline model's reply text."""
+    name = model.split("/", 1)[-1]
+    user_text = _last_user_text(messages)
+    if name == READER_MODEL.split("/", 1)[1]:
+        try:
+            payload = json.loads(user_text)
+            return extractive_answer(str(payload.get("question", "")), str(payload.get("memory", "")))
+        except (json.JSONDecodeError, AttributeError):
+            return extractive_answer(user_text, user_text)
+    if name == JUDGE_MODEL.split("/", 1)[1]:
+        return lexical_verdict(user_text)
+    raise ValueError(f"unknown offline model {model!r} (known: {READER_MODEL}, {JUDGE_MODEL})")
+
+
+_registered = False
+
+
+def register_offline_providers() -> None:
+    """Register `lme-offline` with litellm (idempotent)."""
+    global _registered
+    if _registered:
+        return
+    import litellm
+    from litellm import CustomLLM
+
+    class OfflineProvider(CustomLLM):
+        def _reply(self, model: str, messages: list[dict[str, Any]]) -> Any:
+            text = respond(model, messages)
+            prompt_tokens = sum(estimate_tokens(str(m.get("content", ""))) for m in messages)
+            completion_tokens = estimate_tokens(text)
+            return litellm.ModelResponse(
+                model=model,
+                choices=[{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
+                usage={
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": completion_tokens,
+                    "total_tokens": prompt_tokens + completion_tokens,
+                },
+            )
+
+        def completion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Any:
+            return self._reply(model, messages)
+
+        async def acompletion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Any:
+            return self._reply(model, messages)
+
+    handler = OfflineProvider()
+    litellm.custom_provider_map = [
+        item for item in litellm.custom_provider_map if item.get("provider") != OFFLINE_PROVIDER
+    ] + [{"provider": OFFLINE_PROVIDER, "custom_handler": handler}]
+    from litellm.utils import custom_llm_setup
+
+    custom_llm_setup()
+    _registered = True

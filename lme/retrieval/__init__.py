@@ -1,0 +1,1 @@
+"""Retrievers: rank a question's history turns without any model call."""

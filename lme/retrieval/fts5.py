@@ -1,0 +1,123 @@
+"""BM25 over history turns with SQLite FTS5 (the reference BM25 backend).
+
+Every turn of a question's history (user and assistant) is one row of an
+in-memory FTS5 table; the query is the question text, split into word tokens
+that are each quoted as an FTS5 string and joined with OR, so no punctuation or
+FTS5 keyword in a question can change the query's meaning or break it. Rows are
+ordered by FTS5's `bm25()` (negative, lower is better), ties by history order;
+scores are reported as `-bm25` so higher is better.
+
+`build_index` and `search` are separate so that an index built for one history
+can later be reused for every question sharing it.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Sequence
+
+from lme.data.records import Question, Turn
+from lme.errors import LmeError
+from lme.retrieval.base import Ranking
+
+DEFAULT_TOKENIZER = "porter unicode61"
+TABLE = "turns"
+
+# Runs of unicode letters and digits (`\w` without the underscore).
+_WORD = re.compile(r"[^\W_]+")
+
+
+def query_tokens(text: str) -> list[str]:
+    """The word tokens of `text`, first occurrence kept, duplicates (ignoring case) dropped."""
+    seen: set[str] = set()
+    tokens = []
+    for token in _WORD.findall(text):
+        key = token.casefold()
+        if key not in seen:
+            seen.add(key)
+            tokens.append(token)
+    return tokens
+
+
+def match_expression(text: str) -> str | None:
+    """An FTS5 MATCH expression: every token quoted as a string, joined with OR; None when no token."""
+    tokens = query_tokens(text)
+    if not tokens:
+        return None
+    return " OR ".join('"' + token.replace('"', '""') + '"' for token in tokens)
+
+
+def _sql_string(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def build_index(turns: Sequence[Turn], tokenizer: str = DEFAULT_TOKENIZER) -> sqlite3.Connection:
+    """An in-memory FTS5 index of `turns`, one row per turn, rowid = position in `turns`.
+
+    Raises LmeError when SQLite lacks FTS5 or does not accept `tokenizer`.
+    """
+    conn = sqlite3.connect(":memory:", check_same_thread=False)
+    try:
+        conn.execute(
+            f"CREATE VIRTUAL TABLE {TABLE} USING fts5("
+            f"turn_id UNINDEXED, content, tokenize = {_sql_string(tokenizer)})"
+        )
+    except sqlite3.OperationalError as exc:
+        conn.close()
+        raise LmeError(
+            f"SQLite {sqlite3.sqlite_version} cannot build an FTS5 table with tokenizer {tokenizer!r} ({exc})."
+        ) from None
+    with conn:
+        conn.executemany(
+            f"INSERT INTO {TABLE}(rowid, turn_id, content) VALUES (?, ?, ?)",
+            ((position, turn.turn_id, turn.content) for position, turn in enumerate(turns)),
+        )
+    return conn
+
+
+def search(conn: sqlite3.Connection, query: str, top_k: int) -> list[tuple[str, float]]:
+    """The best `top_k` (turn id, score) pairs of an index from `build_index` for `query`.
+
+    Scores are `-bm25` (higher is better); ties keep history order. A query
+    without any word token, or `top_k == 0`, gives an empty list.
+    """
+    if top_k < 0:
+        raise ValueError(f"top_k must be >= 0, got {top_k}.")
+    expression = match_expression(query)
+    if expression is None or top_k == 0:
+        return []
+    rows = conn.execute(
+        f"SELECT turn_id, bm25({TABLE}) AS score FROM {TABLE} WHERE {TABLE} MATCH ? "
+        f"ORDER BY score, rowid LIMIT ?",
+        (expression, top_k),
+    ).fetchall()
+    return [(turn_id, -score) for turn_id, score in rows]
+
+
+class FTS5Retriever:
+    """BM25 ranking of a question's history turns with SQLite FTS5."""
+
+    def __init__(self, tokenizer: str = DEFAULT_TOKENIZER, name: str = "bm25") -> None:
+        self.tokenizer = tokenizer
+        self.name = name
+        build_index((), tokenizer).close()  # fail now, in one sentence, on a bad tokenizer
+
+    def __repr__(self) -> str:
+        return f"FTS5Retriever(tokenizer={self.tokenizer!r}, name={self.name!r})"
+
+    def rank(self, question: Question, top_k: int) -> Ranking:
+        if top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {top_k}.")
+        if match_expression(question.question) is None or top_k == 0:
+            return Ranking(retriever=self.name, turn_ids=(), scores=())
+        conn = build_index(question.turns(), self.tokenizer)
+        try:
+            hits = search(conn, question.question, top_k)
+        finally:
+            conn.close()
+        return Ranking(
+            retriever=self.name,
+            turn_ids=tuple(turn_id for turn_id, _ in hits),
+            scores=tuple(score for _, score in hits),
+        )

@@ -1,0 +1,220 @@
+"""MLflow: one run per job, one parent per multirun with the across-seed measures.
+
+Runs are written through `MlflowClient` with explicit run ids (no global
+"active run"), so jobs in other processes attach to the parent by the id in
+`LME_PARENT_RUN_ID`. The tracking store is SQLite (`sqlite:///mlflow.db`),
+artifacts go to `mlruns/`. mlflow is imported lazily.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+PARENT_ENV = "LME_PARENT_RUN_ID"
+OUTCOMES_ARTIFACT = "outcomes.jsonl"
+_SECRET_NAMES = {"api_key", "key", "token", "secret", "password", "authorization"}
+_MAX_PARAM_CHARS = 500
+
+
+@dataclass(frozen=True)
+class TrackingSettings:
+    enabled: bool = True
+    uri: str = "sqlite:///mlflow.db"
+    artifact_location: str = "mlruns"
+    experiment: str = "lme"
+
+
+def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mapping -> dotted keys (lists kept as JSON)."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, name + "."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def params_from_config(config: Mapping[str, Any]) -> dict[str, str]:
+    """MLflow params: secrets dropped, long texts replaced by their SHA-256 (the text is an artifact)."""
+    params = {}
+    for name, value in flatten(config).items():
+        if name.rsplit(".", 1)[-1].lower() in _SECRET_NAMES:
+            continue
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        if len(text) > _MAX_PARAM_CHARS:
+            text = "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+        params[name] = text
+    return params
+
+
+def _client(settings: TrackingSettings):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=settings.uri)
+
+
+def experiment_id(settings: TrackingSettings) -> str:
+    client = _client(settings)
+    experiment = client.get_experiment_by_name(settings.experiment)
+    if experiment is not None:
+        return experiment.experiment_id
+    location = Path(settings.artifact_location).resolve().as_uri()
+    try:
+        return client.create_experiment(settings.experiment, artifact_location=location)
+    except Exception:  # another job created it first
+        experiment = client.get_experiment_by_name(settings.experiment)
+        if experiment is None:
+            raise
+        return experiment.experiment_id
+
+
+class JobRun:
+    """One MLflow run, written through the client."""
+
+    def __init__(self, settings: TrackingSettings, run_name: str, tags: Mapping[str, str], parent_id: str | None = None):
+        self.settings = settings
+        self.client = _client(settings)
+        all_tags = dict(tags)
+        if parent_id:
+            all_tags["mlflow.parentRunId"] = parent_id
+        run = self.client.create_run(experiment_id(settings), run_name=run_name, tags=all_tags)
+        self.run_id = run.info.run_id
+
+    def log_params(self, params: Mapping[str, str]) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(key, str(value)) for key, value in params.items()]
+        for start in range(0, len(items), 100):
+            self.client.log_batch(self.run_id, params=items[start : start + 100])
+
+    def log_metrics(self, metrics: Mapping[str, float]) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        items = [Metric(key, float(value), now, 0) for key, value in metrics.items() if value == value]
+        for start in range(0, len(items), 500):
+            self.client.log_batch(self.run_id, metrics=items[start : start + 500])
+
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        for key, value in tags.items():
+            self.client.set_tag(self.run_id, key, str(value))
+
+    def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
+        self.client.log_artifact(self.run_id, str(path), artifact_path)
+
+    def log_text(self, text: str, artifact_file: str) -> None:
+        self.client.log_text(self.run_id, text, artifact_file)
+
+    def finish(self, status: str = "FINISHED") -> None:
+        self.client.set_terminated(self.run_id, status)
+
+
+def read_outcome_rows(settings: TrackingSettings, run_id: str) -> list[dict[str, Any]] | None:
+    """The per-question outcomes a job logged, or None when it logged none."""
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    import mlflow
+
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            local = mlflow.artifacts.download_artifacts(
+                run_id=run_id, artifact_path=OUTCOMES_ARTIFACT, dst_path=tmp, tracking_uri=settings.uri
+            )
+        except Exception:
+            return None
+        lines = Path(local).read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def across_seed_metrics(groups: Mapping[str, list[list[dict[str, Any]]]]) -> dict[str, float]:
+    """Across-run measures per design; keys are prefixed with the design when there are several."""
+    from lme.measures import across_runs
+
+    metrics: dict[str, float] = {}
+    for design, runs in sorted(groups.items()):
+        types: dict[str, str] = {}
+        for rows in runs:
+            for row in rows:
+                types.setdefault(row["question_id"], row["question_type"])
+        correct_maps = [{row["question_id"]: bool(row["correct"]) for row in rows} for rows in runs]
+        prefix = "" if len(groups) == 1 else f"{design}/"
+        for key, value in across_runs(correct_maps, types).as_metrics().items():
+            metrics[prefix + key] = value
+    return metrics
+
+
+def summarise_children(settings: TrackingSettings, parent_id: str) -> tuple[dict[str, float], dict[str, Any]]:
+    """Read every finished child of `parent_id` and compute the across-seed measures."""
+    client = _client(settings)
+    children = client.search_runs(
+        [experiment_id(settings)], filter_string=f"tags.mlflow.parentRunId = '{parent_id}'", max_results=10_000
+    )
+    groups: dict[str, list[list[dict[str, Any]]]] = defaultdict(list)
+    seeds: dict[str, list[str]] = defaultdict(list)
+    failed = 0
+    for child in sorted(children, key=lambda run: run.info.start_time or 0):
+        rows = read_outcome_rows(settings, child.info.run_id) if child.info.status == "FINISHED" else None
+        if rows is None:
+            failed += 1
+            continue
+        design = child.data.tags.get("lme.design", "default")
+        groups[design].append(rows)
+        seeds[design].append(child.data.tags.get("lme.seed", "?"))
+    metrics = across_seed_metrics(groups)
+    metrics["n_failed_runs"] = float(failed)
+    summary = {"designs": {design: {"seeds": seeds[design], "n_runs": len(groups[design])} for design in groups}}
+    return metrics, summary
+
+
+try:
+    from hydra.experimental.callback import Callback as _HydraCallback
+except ImportError:  # pragma: no cover - hydra is a dependency
+    _HydraCallback = object  # type: ignore[misc,assignment]
+
+
+class MultirunParent(_HydraCallback):
+    """Hydra callback: a parent MLflow run around a multirun, with across-seed measures at the end."""
+
+    def __init__(self) -> None:
+        self.parent: JobRun | None = None
+        self.settings: TrackingSettings | None = None
+
+    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+        from omegaconf import OmegaConf
+
+        tracking = OmegaConf.to_container(config.tracking, resolve=True)
+        self.settings = TrackingSettings(**tracking)  # type: ignore[arg-type]
+        if not self.settings.enabled:
+            return
+        overrides = list(config.hydra.overrides.task)
+        self.parent = JobRun(
+            self.settings,
+            run_name=f"{config.design_name}-multirun",
+            tags={"lme.role": "parent", "lme.design": str(config.design_name), "lme.overrides": " ".join(overrides)},
+        )
+        self.parent.log_params({"sweep.overrides": " ".join(overrides)[:_MAX_PARAM_CHARS]})
+        os.environ[PARENT_ENV] = self.parent.run_id
+
+    def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
+        if self.parent is None or self.settings is None:
+            return
+        status = "FINISHED"
+        try:
+            metrics, summary = summarise_children(self.settings, self.parent.run_id)
+            self.parent.log_metrics(metrics)
+            self.parent.log_text(json.dumps({"metrics": metrics, **summary}, indent=2, sort_keys=True), "across_runs.json")
+            if metrics.get("n_failed_runs"):
+                status = "FAILED"
+        finally:
+            self.parent.finish(status)
+            os.environ.pop(PARENT_ENV, None)

@@ -1,0 +1,210 @@
+"""BM25 over turns with SQLite FTS5, on small written histories and the real mini file."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from lme.data.dates import LME_DATE_FORMAT
+from lme.data.load import load_questions, parse_question
+from lme.data.records import Question
+from lme.errors import LmeError
+from lme.retrieval.base import Ranking, Retriever
+from lme.retrieval.fts5 import FTS5Retriever, build_index, match_expression, query_tokens, search
+
+DATA_DIR = Path(__file__).resolve().parents[3] / "shared/data/longmemeval"
+MINI = DATA_DIR / "longmemeval_s_cleaned_mini.json.xz"
+FIRST_DAY = datetime(2023, 6, 1, 9, 0)
+
+
+def make_question(question: str, sessions: list[list[tuple[str, str]]]) -> Question:
+    """A question whose history holds `sessions` (lists of (role, content)), one day apart."""
+    record = {
+        "question_id": "q1",
+        "question_type": "single-session-user",
+        "question": question,
+        "answer": "x",
+        "question_date": "2023/06/30 (Fri) 10:00",
+        "haystack_dates": [(FIRST_DAY + timedelta(days=day)).strftime(LME_DATE_FORMAT) for day in range(len(sessions))],
+        "haystack_session_ids": [f"orig_{index}" for index in range(len(sessions))],
+        "haystack_sessions": [[{"role": role, "content": content} for role, content in turns] for turns in sessions],
+        "answer_session_ids": [],
+    }
+    return parse_question(record, Path("synthetic.json"), 0)
+
+
+FILLER = [
+    [("user", "I baked a loaf of sourdough bread this morning."), ("assistant", "Sourdough needs a lively starter.")],
+    [("user", "My cat knocked a plant off the shelf."), ("assistant", "Cats love pushing things off ledges.")],
+    [("user", "Can you suggest a good hiking trail near the lake?"), ("assistant", "The ridge loop has a fine view.")],
+    [
+        ("user", "I finally bought a blue bicycle from the shop downtown."),
+        ("assistant", "Enjoy riding your new bicycle!"),
+    ],
+    [("user", "The weather has been rainy all week."), ("assistant", "Rainy weeks are good for reading.")],
+]
+
+
+def test_fts5_retriever_satisfies_protocol() -> None:
+    retriever: Retriever = FTS5Retriever()
+    assert retriever.name == "bm25"
+    assert FTS5Retriever(name="lexical").name == "lexical"
+
+
+def test_turn_holding_query_words_ranks_first() -> None:
+    question = make_question("Where did I buy my blue bicycle?", FILLER)
+    ranking = FTS5Retriever().rank(question, 10)
+    assert isinstance(ranking, Ranking)
+    assert ranking.retriever == "bm25"
+    assert ranking.turn_ids[0] == "s0003:0"
+    assert "s0003:1" in ranking.turn_ids  # the assistant turn mentions the bicycle too
+    assert len(ranking.turn_ids) == len(ranking.scores)
+
+
+def test_scores_positive_and_descending() -> None:
+    question = make_question("blue bicycle sourdough rainy week", FILLER)
+    ranking = FTS5Retriever().rank(question, 10)
+    assert ranking.scores
+    assert all(score > 0 for score in ranking.scores)
+    assert list(ranking.scores) == sorted(ranking.scores, reverse=True)
+
+
+def test_rare_term_outranks_common_term() -> None:
+    # "apple" is in 3 of 10 turns, "zebra" in one; every turn has the same length.
+    sessions = [
+        [("user", "apple pie was lovely today"), ("assistant", "apple season starts soon then")],
+        [("user", "apple cider is sweet stuff"), ("assistant", "zebra stripes are quite unique")],
+        [("user", "the train left rather late"), ("assistant", "trains run late on sundays")],
+        [("user", "my garden grows many beans"), ("assistant", "beans need sunny warm spots")],
+        [("user", "books pile up on my desk"), ("assistant", "a shelf would help with that")],
+    ]
+    question = make_question("apple zebra", sessions)
+    ranking = FTS5Retriever().rank(question, 10)
+    assert ranking.turn_ids[0] == "s0001:1"
+    assert set(ranking.turn_ids[1:]) == {"s0000:0", "s0000:1", "s0001:0"}
+    assert ranking.scores[0] > ranking.scores[1]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'What\'s "AND" OR NOT near(x)?*',
+        'NEAR(a b, 2) AND "unbalanced',
+        "content: bicycle^ -shop + {turn_id} col:val",
+        "*",
+        "'; DROP TABLE turns; --",
+        'say ""hi"" \\ / ( ) [ ] < > = ! @ # $ % & |',
+        "AND OR NOT NEAR",
+    ],
+)
+def test_punctuation_and_operators_do_not_break(text: str) -> None:
+    question = make_question(text, FILLER + [[("user", "Is the shop near the lake, and what's open?")]])
+    ranking = FTS5Retriever().rank(question, 5)
+    assert len(ranking.turn_ids) <= 5
+    assert len(ranking.turn_ids) == len(ranking.scores)
+
+
+def test_operator_words_are_searched_as_words() -> None:
+    question = make_question('What\'s "AND" OR NOT near(x)?*', FILLER + [[("user", "Nothing is near here.")]])
+    ranking = FTS5Retriever().rank(question, 5)
+    # "near" matches the hiking turn and the new one; the shorter new turn wins.
+    assert ranking.turn_ids[0] == "s0005:0"
+    assert "s0002:0" in ranking.turn_ids
+
+
+def test_query_tokens_and_expression() -> None:
+    assert query_tokens('What\'s "AND" what, x_y 42 café?') == ["What", "s", "AND", "x", "y", "42", "café"]
+    assert match_expression("a-b a") == '"a" OR "b"'
+    assert match_expression("?! ... ***") is None
+
+
+@pytest.mark.parametrize("text", ["", "   ", "?! ... *** --", "___"])
+def test_query_without_tokens_gives_empty_ranking(text: str) -> None:
+    ranking = FTS5Retriever().rank(make_question(text, FILLER), 10)
+    assert ranking == Ranking(retriever="bm25", turn_ids=(), scores=())
+
+
+def test_no_matching_turn_gives_empty_ranking() -> None:
+    ranking = FTS5Retriever().rank(make_question("xylophone", FILLER), 10)
+    assert ranking.turn_ids == ()
+
+
+def test_top_k_respected() -> None:
+    sessions = [[("user", f"note number {index} about tea")] for index in range(8)]
+    question = make_question("tea", sessions)
+    retriever = FTS5Retriever()
+    assert len(retriever.rank(question, 3).turn_ids) == 3
+    assert len(retriever.rank(question, 100).turn_ids) == 8
+    assert retriever.rank(question, 0).turn_ids == ()
+    with pytest.raises(ValueError):
+        retriever.rank(question, -1)
+
+
+def test_ties_follow_history_order_and_are_deterministic() -> None:
+    sessions = [[("user", "same words here"), ("assistant", "other text entirely")] for _ in range(4)]
+    question = make_question("same words", sessions)
+    first = FTS5Retriever().rank(question, 10)
+    assert first.turn_ids == ("s0000:0", "s0001:0", "s0002:0", "s0003:0")
+    assert len(set(first.scores)) == 1
+    assert FTS5Retriever().rank(question, 10) == first
+    assert FTS5Retriever().rank(question, 2).turn_ids == ("s0000:0", "s0001:0")
+
+
+def test_porter_stemming_with_default_tokenizer() -> None:
+    question = make_question("running?", [[("user", "I run every morning by the river.")]] + FILLER)
+    assert FTS5Retriever().rank(question, 5).turn_ids[:1] == ("s0000:0",)
+    # Without the porter stemmer the inflected form does not match.
+    assert "s0000:0" not in FTS5Retriever(tokenizer="unicode61").rank(question, 5).turn_ids
+
+
+def test_diacritics_and_non_ascii() -> None:
+    sessions = FILLER + [[("user", "We met at the cafe in Zurich."), ("assistant", "東京 is lovely in spring.")]]
+    question = make_question("Which café in Zürich?", sessions)
+    assert FTS5Retriever().rank(question, 3).turn_ids[0] == "s0005:0"
+    assert FTS5Retriever().rank(make_question("東京", sessions), 3).turn_ids == ("s0005:1",)
+
+
+def test_bad_tokenizer_is_one_clear_error() -> None:
+    with pytest.raises(LmeError, match="tokenizer 'no_such_tokenizer'"):
+        FTS5Retriever(tokenizer="no_such_tokenizer")
+
+
+def test_index_can_be_reused_across_queries() -> None:
+    question = make_question("unused", FILLER)
+    conn = build_index(question.turns())
+    try:
+        assert search(conn, "downtown", 1)[0][0] == "s0003:0"
+        assert search(conn, "starter", 1)[0][0] == "s0000:1"
+        assert search(conn, "?!", 5) == []
+    finally:
+        conn.close()
+
+
+@pytest.mark.skipif(not MINI.exists(), reason=f"{MINI} is absent")
+def test_recall_at_100_on_mini_file() -> None:
+    questions = load_questions(MINI)
+    retriever = FTS5Retriever()
+    hits = 0
+    answerable = [question for question in questions if not question.is_abstention]
+    elapsed = []
+    for question in questions:
+        start = time.perf_counter()
+        ranking = retriever.rank(question, 100)
+        elapsed.append(time.perf_counter() - start)
+        assert len(ranking.turn_ids) <= 100
+        assert len(set(ranking.turn_ids)) == len(ranking.turn_ids)
+        if question.is_abstention:
+            continue
+        evidence = {turn.turn_id for turn in question.turns() if turn.has_answer}
+        hits += bool(evidence & set(ranking.turn_ids))
+    mean_ms = 1000 * sum(elapsed) / len(elapsed)
+    print(
+        f"\nFTS5 BM25 recall@100 (any has_answer turn): {hits}/{len(answerable)} non-abstention questions; "
+        f"ranking {mean_ms:.1f} ms/question (max {1000 * max(elapsed):.1f} ms)"
+    )
+    assert len(answerable) == 12
+    assert hits >= 11  # measured 12/12
+    assert mean_ms < 500  # measured ~15 ms; loose so a slow machine does not fail it

@@ -1,0 +1,83 @@
+"""Every config file composes, and its components instantiate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+import lme
+import lme.resolvers  # noqa: F401
+from lme.answer.reader import compose_instruction
+from lme.models.gateway import ModelSpec
+
+CONF = Path(lme.__file__).parent / "conf"
+GROUPS = sorted(p.name for p in CONF.iterdir() if p.is_dir())
+
+
+def _options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+def _compose(overrides: list[str]):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name="config", overrides=overrides, return_hydra_config=False)
+
+
+def test_every_group_has_options():
+    expected = {"dataset", "retriever", "memory", "instructions", "reader", "judge", "tracking", "setup", "design"}
+    assert expected <= set(GROUPS)
+    for group in GROUPS:
+        assert _options(group), group
+
+
+def test_design_not_in_defaults_and_seed_in_primary():
+    primary = OmegaConf.load(CONF / "config.yaml")
+    groups = [next(iter(item)) for item in primary.defaults if isinstance(item, dict) or OmegaConf.is_dict(item)]
+    assert "design" not in groups
+    assert "seed" in primary
+
+
+CASES = [
+    (group, option)
+    for group in GROUPS
+    for option in _options(group)
+]
+
+
+@pytest.mark.parametrize(("group", "option"), CASES, ids=[f"{g}={o}" for g, o in CASES])
+def test_config_composes_and_instantiates(group, option, tmp_path):
+    override = f"+design={option}" if group == "design" else f"{group}={option}"
+    cfg = _compose([override, f"cache_dir={tmp_path}"])
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    assert resolved["seed"] == 0
+    retriever = instantiate(cfg.retriever)
+    builder = instantiate(cfg.memory, retriever=retriever)
+    assert builder is not None
+    for part in ("reader", "judge"):
+        spec = instantiate(cfg[part].model, _convert_="all")
+        assert isinstance(spec, ModelSpec) and spec.model
+        assert isinstance(spec.params, dict)
+    assert compose_instruction(cfg.instructions.base, cfg.instructions.paragraphs, cfg.instructions.first_pass)
+    if group == "design":
+        assert cfg.design_name == option
+
+
+def test_setup_paper_selects_the_reference_models(tmp_path):
+    cfg = _compose(["setup=paper", f"cache_dir={tmp_path}"])
+    assert cfg.dataset.name == "s"
+    assert cfg.reader.model.model == "openai/gpt-5-mini"
+    assert cfg.judge.model.model == "gpt-4o-2024-08-06"
+    assert cfg.judge.official is True
+    assert cfg.judge.model.params == {"temperature": 0, "max_tokens": 10, "n": 1}
+
+
+def test_default_is_offline_on_the_bundled_sample(tmp_path):
+    cfg = _compose([f"cache_dir={tmp_path}"])
+    assert Path(cfg.dataset.path).name.endswith(".json")
+    assert cfg.reader.model.model.startswith("lme-offline/")
+    assert cfg.judge.official is False
+    assert cfg.tracking.uri.startswith("sqlite:///")
