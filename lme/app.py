@@ -49,7 +49,7 @@ def _output_dir() -> Path:
 def load_dataset(cfg: DictConfig) -> tuple[Path, list]:
     path = Path(str(cfg.dataset.path)).expanduser()
     if not path.exists():
-        raise LmeError(f"dataset {cfg.dataset.name}: file {path} not found; pass dataset.path=FILE.")
+        raise LmeError(f"{path}: dataset file not found (dataset {cfg.dataset.name}); pass dataset.path=FILE.")
     ids = list(cfg.question_ids) if cfg.get("question_ids") else None
     questions = load_questions(path, ids)
     if cfg.get("limit") is not None:

@@ -8,6 +8,7 @@ artifacts go to `mlruns/`. mlflow is imported lazily.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
@@ -204,6 +205,12 @@ class MultirunParent(_HydraCallback):
         )
         self.parent.log_params({"sweep.overrides": " ".join(overrides)[:_MAX_PARAM_CHARS]})
         os.environ[PARENT_ENV] = self.parent.run_id
+        atexit.register(self._fail_if_open)  # a job that stops the sweep must not leave the parent RUNNING
+
+    def _fail_if_open(self) -> None:
+        if self.parent is not None:
+            self.parent.finish("FAILED")
+            self.parent = None
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
         if self.parent is None or self.settings is None:
@@ -217,4 +224,5 @@ class MultirunParent(_HydraCallback):
                 status = "FAILED"
         finally:
             self.parent.finish(status)
+            self.parent = None
             os.environ.pop(PARENT_ENV, None)

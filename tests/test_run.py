@@ -1,0 +1,83 @@
+"""The per-question flow and the journal, with the real offline providers and a temp cache."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from lme.answer.reader import Reader
+from lme.data.load import load_questions
+from lme.data.sample import SAMPLE_PATH
+from lme.judge import make_judge
+from lme.memory.retrieved import RetrievedMemoryBuilder
+from lme.models.cache import CallCache
+from lme.models.gateway import Gateway, ModelSpec
+from lme.models.offline import JUDGE_MODEL, READER_MODEL
+from lme.retrieval.fts5 import FTS5Retriever
+from lme.run import Journal, run_questions
+
+OFFLINE_TEMPLATES = {
+    "abstention": "Question: {}\n\nExplanation: {}\n\nModel Response: {}\n\nDeclines?",
+    "ssu_ssa_multisession": "Question: {}\n\nCorrect Answer: {}\n\nModel Response: {}\n\nCorrect?",
+    "temporal_reasoning": "Question: {}\n\nCorrect Answer: {}\n\nModel Response: {}\n\nCorrect?",
+    "knowledge_update": "Question: {}\n\nCorrect Answer: {}\n\nModel Response: {}\n\nCorrect?",
+    "single_session_preference": "Question: {}\n\nRubric: {}\n\nModel Response: {}\n\nCorrect?",
+}
+
+
+@pytest.fixture()
+def parts(tmp_path):
+    questions = load_questions(SAMPLE_PATH)[:8]
+    builder = RetrievedMemoryBuilder(FTS5Retriever())
+    reader = Reader(name="offline", model=ModelSpec(model=READER_MODEL))
+    judge = make_judge("offline", False, ModelSpec(model=JUDGE_MODEL), templates=OFFLINE_TEMPLATES)
+    cache = CallCache(tmp_path / "calls.sqlite")
+    yield questions, builder, reader, judge, cache
+    cache.close()
+
+
+def _run(parts, journal, seed=1):
+    questions, builder, reader, judge, cache = parts
+    gateway = Gateway(cache)
+    outcomes = asyncio.run(
+        run_questions(questions, builder, reader, "Answer briefly.", judge, gateway, seed, journal, concurrency=3)
+    )
+    return outcomes, gateway
+
+
+def test_every_question_is_journaled_once_in_question_order(parts, tmp_path):
+    journal = Journal(tmp_path / "out" / "outcomes.jsonl")
+    outcomes, gateway = _run(parts, journal)
+    questions = parts[0]
+    assert [o.question_id for o in outcomes] == [q.question_id for q in questions]
+    lines = journal.path.read_text().splitlines()
+    assert sorted(json.loads(line)["question_id"] for line in lines) == sorted(q.question_id for q in questions)
+    assert gateway.calls_made == 2 * len(questions)  # one reader and one judge call each
+    for outcome in outcomes:
+        assert outcome.answer and outcome.reader.calls == 1 and outcome.judge.calls == 1
+        assert outcome.memory_bytes > 0 and outcome.memory_turns > 0
+
+
+def test_a_journal_is_resumed_and_a_cut_last_line_is_asked_again(parts, tmp_path):
+    journal = Journal(tmp_path / "outcomes.jsonl")
+    first, _ = _run(parts, journal)
+    lines = journal.path.read_text().splitlines()
+    # keep three complete outcomes and half of a fourth, as a kill mid-write would
+    journal.path.write_text("\n".join(lines[:3]) + "\n" + lines[3][: len(lines[3]) // 2])
+    kept = {json.loads(line)["question_id"] for line in lines[:3]}
+    again, gateway = _run(parts, journal)
+    assert [o.question_id for o in again] == [o.question_id for o in first]
+    assert {o.question_id: o.answer for o in again} == {o.question_id: o.answer for o in first}
+    # only the five questions not fully journaled were asked again, all from the cache
+    assert gateway.calls_made == 0 and gateway.calls_cached == 2 * (len(first) - len(kept))
+
+
+def test_seed_keys_the_reader_but_not_the_judge(parts, tmp_path):
+    _run(parts, Journal(tmp_path / "a.jsonl"), seed=1)
+    outcomes, gateway = _run(parts, Journal(tmp_path / "b.jsonl"), seed=2)
+    n = len(outcomes)
+    # the new seed asks the reader again; identical answers reuse the judge's verdicts
+    assert gateway.calls_made == n
+    assert all(o.reader.cached_calls == 0 and o.judge.cached_calls == 1 for o in outcomes)

@@ -1,0 +1,56 @@
+"""MLflow helpers against a real SQLite tracking store in a temp dir."""
+
+from __future__ import annotations
+
+import pytest
+
+from lme.tracking import JobRun, TrackingSettings, across_seed_metrics, flatten, params_from_config
+
+
+def test_flatten_and_params_drop_secrets_and_hash_long_texts():
+    config = {
+        "reader": {"model": {"model": "openai/gpt-5-mini", "api_key": "sk-live-123", "api_key_env": "OPENAI_API_KEY"}},
+        "instructions": {"base": "x" * 2000, "first_pass": ["a", "b"]},
+        "seed": 3,
+    }
+    assert flatten(config)["reader.model.model"] == "openai/gpt-5-mini"
+    params = params_from_config(config)
+    assert "reader.model.api_key" not in params
+    assert "sk-live-123" not in repr(params)
+    assert params["reader.model.api_key_env"] == "OPENAI_API_KEY"
+    assert params["instructions.base"].startswith("sha256:") and len(params["instructions.base"]) == 71
+    assert params["instructions.first_pass"] == '["a", "b"]'
+    assert params["seed"] == "3"
+
+
+def _rows(design_correct):
+    return [{"question_id": q, "question_type": "multi-session", "correct": c} for q, c in design_correct.items()]
+
+
+def test_across_seed_metrics_group_by_design_and_prefix_only_when_several():
+    runs = [_rows({"q1": True, "q2": False}), _rows({"q1": True, "q2": True}), _rows({"q1": False, "q2": False})]
+    one = across_seed_metrics({"bm25": runs})
+    assert one["mean_accuracy"] == pytest.approx((0.5 + 1.0 + 0.0) / 3)
+    assert one["majority_correct_count"] == 1
+    two = across_seed_metrics({"bm25": runs, "other": runs[:1]})
+    assert "bm25/mean_accuracy" in two and "other/mean_accuracy" in two and "mean_accuracy" not in two
+    assert two["other/majority_correct_accuracy"] == 0.5
+
+
+def test_job_run_writes_params_metrics_tags_and_artifacts(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    settings = TrackingSettings(uri=f"sqlite:///{tmp_path}/mlflow.db", artifact_location=str(tmp_path / "mlruns"))
+    parent = JobRun(settings, "parent", {"lme.role": "parent"})
+    child = JobRun(settings, "child", {"lme.role": "job"}, parent_id=parent.run_id)
+    child.log_params({f"p{i}": str(i) for i in range(250)})
+    child.log_metrics({"accuracy": 0.5, "skipped": float("nan")})
+    child.log_text("hello\n", "notes/hello.txt")
+    child.finish()
+    client = MlflowClient(settings.uri)
+    run = client.get_run(child.run_id)
+    assert run.data.tags["mlflow.parentRunId"] == parent.run_id
+    assert len(run.data.params) == 250 and run.data.metrics == {"accuracy": 0.5}
+    assert run.info.status == "FINISHED"
+    assert [a.path for a in client.list_artifacts(child.run_id, "notes")] == ["notes/hello.txt"]
+    assert (tmp_path / "mlruns").is_dir()
