@@ -81,3 +81,28 @@ def test_seed_keys_the_reader_but_not_the_judge(parts, tmp_path):
     # the new seed asks the reader again; identical answers reuse the judge's verdicts
     assert gateway.calls_made == n
     assert all(o.reader.cached_calls == 0 and o.judge.cached_calls == 1 for o in outcomes)
+
+
+def test_a_failed_reader_call_is_recorded_as_a_wrong_missing_answer(parts, tmp_path, monkeypatch):
+    from loopback import LoopbackServer
+
+    questions, builder, _, judge, cache = parts
+    monkeypatch.setenv("LME_TEST_KEY", "sk-test")
+    with LoopbackServer(reply="never", faults=[("500",)] * 10) as server:
+        reader = Reader(
+            name="loopback",
+            model=ModelSpec(model="openai/gpt-4o-mini", api_base=server.base_url, api_key_env="LME_TEST_KEY",
+                            max_attempts=2, backoff_base_s=0.01, backoff_max_s=0.02, timeout_s=5),
+        )
+        gateway = Gateway(cache)
+        journal = Journal(tmp_path / "outcomes.jsonl")
+        outcomes = asyncio.run(
+            run_questions(questions[:3], builder, reader, "Answer.", judge, gateway, 1, journal, concurrency=1)
+        )
+    assert len(journal.read()) == 3
+    for outcome in outcomes:
+        assert outcome.answer is None and outcome.correct is False
+        assert outcome.reader_error and "InternalServerError" in outcome.reader_error
+        assert outcome.reader.failed_calls == 1 and outcome.judge.calls == 0
+        assert outcome.judge_note == "missing answer counts as wrong"
+    assert len(cache) == 0  # failures are never cached

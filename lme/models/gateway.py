@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lme.models.cache import CallCache, call_key
-from lme.models.offline import OFFLINE_PROVIDER, register_offline_providers
+from lme.errors import LmeError
+from lme.models.offline import OFFLINE_MODELS, OFFLINE_PROVIDER, register_offline_providers
 
 _RETRYABLE = (
     "RateLimitError",
@@ -44,8 +45,15 @@ class ModelSpec:
     max_attempts: int = 5
     backoff_base_s: float = 1.0
     backoff_max_s: float = 60.0
+    retry_after_max_s: float = 300.0  # a provider's Retry-After is honoured up to this
     input_cost_per_token: float | None = None  # overrides litellm's cost map when set
     output_cost_per_token: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.is_offline and self.model not in OFFLINE_MODELS:
+            raise LmeError(f"model {self.model!r} is not an offline model (known: {', '.join(OFFLINE_MODELS)}).")
+        if self.concurrency < 1 or self.max_attempts < 1 or self.timeout_s <= 0:
+            raise LmeError(f"model {self.model}: concurrency and max_attempts must be >= 1 and timeout_s > 0.")
 
     @property
     def is_offline(self) -> bool:
@@ -127,9 +135,18 @@ def _retry_after(exc: BaseException) -> float | None:
     if not headers:
         return None
     value = headers.get("retry-after") or headers.get("Retry-After")
+    if value is None:
+        return None
     try:
-        return float(value) if value is not None else None
+        return max(0.0, float(value))
     except ValueError:
+        pass
+    try:  # the HTTP-date form
+        from datetime import datetime, timezone
+        from email.utils import parsedate_to_datetime
+
+        return max(0.0, (parsedate_to_datetime(value) - datetime.now(timezone.utc)).total_seconds())
+    except (TypeError, ValueError):
         return None
 
 
@@ -160,8 +177,9 @@ class Gateway:
                 return CallResult(model=spec.model, key=key, cached=True, **stored)
         if key in self._inflight:
             shared = await asyncio.shield(self._inflight[key])
-            self.calls_cached += 1
-            return CallResult(**{**shared.__dict__, "cached": True})
+            if shared.ok:
+                self.calls_cached += 1
+            return CallResult(**{**shared.__dict__, "cached": shared.ok})
         future: asyncio.Future[CallResult] = asyncio.get_running_loop().create_future()
         self._inflight[key] = future
         try:
@@ -205,7 +223,9 @@ class Gateway:
                     if not retryable or attempt == spec.max_attempts:
                         break
                     delay = _retry_after(exc)
-                    if delay is None:
+                    if delay is not None:
+                        delay = min(delay, spec.retry_after_max_s)
+                    else:
                         delay = min(spec.backoff_max_s, spec.backoff_base_s * 2 ** (attempt - 1))
                         delay *= 0.5 + self._rng.random()  # jitter
                     await asyncio.sleep(delay)

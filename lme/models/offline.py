@@ -22,6 +22,7 @@ from typing import Any
 OFFLINE_PROVIDER = "lme-offline"
 READER_MODEL = f"{OFFLINE_PROVIDER}/extractive-reader"
 JUDGE_MODEL = f"{OFFLINE_PROVIDER}/lexical-judge"
+OFFLINE_MODELS: tuple[str, ...] = (READER_MODEL, JUDGE_MODEL)
 
 DECLINE_ANSWER = "The memory does not contain enough information to answer this question."
 

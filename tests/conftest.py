@@ -1,0 +1,48 @@
+"""Shared test setup: no test may reach the network or read a real key.
+
+litellm fetches its model price map from the internet on import unless told to
+use the copy it ships with, so that is set before any test module imports it.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+
+import pytest  # noqa: E402
+
+from loopback import LoopbackServer  # noqa: E402
+
+TEST_KEY_ENV = "LME_TEST_KEY"
+TEST_KEY = "sk-lme-test-0123456789abcdefSECRET"
+
+
+@pytest.fixture
+def test_key(monkeypatch: pytest.MonkeyPatch) -> str:
+    """A fake API key in `LME_TEST_KEY`; the value is distinctive so leaks are easy to spot."""
+    monkeypatch.setenv(TEST_KEY_ENV, TEST_KEY)
+    return TEST_KEY
+
+
+@pytest.fixture
+def loopback():
+    """A running loopback chat-completions server answering "ok"; stopped after the test."""
+    with LoopbackServer(reply="ok") as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def warm_litellm() -> None:
+    """Import litellm and make one loopback call, so its seconds of start-up are paid once, in setup."""
+    import asyncio
+
+    from lme.models.gateway import Gateway, ModelSpec
+
+    with pytest.MonkeyPatch.context() as patch, LoopbackServer(reply="warm") as server:
+        patch.setenv(TEST_KEY_ENV, TEST_KEY)
+        spec = ModelSpec(
+            model="openai/gpt-4o-mini", api_base=server.base_url, api_key_env=TEST_KEY_ENV, max_attempts=1, timeout_s=10
+        )
+        result = asyncio.run(Gateway().complete(spec, [{"role": "user", "content": "warm up"}], seed=None))
+        assert result.ok, result.error
