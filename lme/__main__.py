@@ -33,9 +33,16 @@ def hoist_flags(argv: list[str]) -> list[str]:
     return [argv[0], *flags[:1], *rest]
 
 
-def entry() -> None:
-    sys.argv = hoist_flags(sys.argv)
+def run_hydra(args: list[str]) -> None:
+    sys.argv = hoist_flags([sys.argv[0], *args])
     main()
+
+
+def entry() -> None:
+    """`python -m lme` and the `lme` script: a subcommand, or a Hydra run."""
+    from lme.cli import main as cli_main
+
+    cli_main()
 
 
 if __name__ == "__main__":
