@@ -155,9 +155,9 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
         tracker.log_text(OmegaConf.to_yaml(container), "config.yaml")
         tracker.log_text(instruction + "\n", "instructions/first_pass.txt")
 
-    def progress(outcome: Outcome, done: int, total: int) -> None:
+    def progress(outcome: Outcome, done: int) -> None:
         mark = "correct" if outcome.correct else "wrong"
-        print(f"[{design} seed={seed}] {done}/{total} {outcome.question_id}: {mark}", file=sys.stderr, flush=True)
+        print(f"[{design} seed={seed}] {done}/{len(questions)} {outcome.question_id}: {mark}", file=sys.stderr, flush=True)
 
     status = "FAILED"
     try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -135,7 +135,7 @@ async def answer_question(
 
 
 async def run_questions(
-    questions: Sequence[Question],
+    questions: Iterable[Question],
     builder: MemoryBuilder,
     reader: Reader,
     instruction: str,
@@ -144,23 +144,54 @@ async def run_questions(
     seed: int,
     journal: Journal,
     concurrency: int = 8,
-    on_outcome: Callable[[Outcome, int, int], None] | None = None,
+    on_outcome: Callable[[Outcome, int], None] | None = None,
 ) -> list[Outcome]:
-    """Answer every question not yet in the journal; return all outcomes in question order."""
+    """Answer every question not yet in the journal; return all outcomes in question order.
+
+    `questions` may be a lazy stream (LongMemEval-M): at most `concurrency`
+    questions are held at once, so memory grows with that, not with the file.
+    """
     done = {outcome.question_id: outcome for outcome in journal.read()}
-    todo = [question for question in questions if question.question_id not in done]
-    limit = asyncio.Semaphore(max(1, concurrency))
-    finished = len(questions) - len(todo)
+    order: list[str] = []
+    slots = asyncio.Semaphore(max(1, concurrency))
+    running: set[asyncio.Task[None]] = set()
+    errors: list[BaseException] = []
+    finished = 0
+
+    def settle(task: asyncio.Task[None]) -> None:
+        running.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            errors.append(task.exception())  # type: ignore[arg-type]
+        slots.release()  # after recording the error, so the loop sees it before starting another question
 
     async def one(question: Question) -> None:
         nonlocal finished
-        async with limit:
-            outcome = await answer_question(question, builder, reader, instruction, judge, gateway, seed)
+        outcome = await answer_question(question, builder, reader, instruction, judge, gateway, seed)
         journal.append(outcome)
         done[outcome.question_id] = outcome
         finished += 1
         if on_outcome is not None:
-            on_outcome(outcome, finished, len(questions))
+            on_outcome(outcome, finished)
 
-    await asyncio.gather(*(one(question) for question in todo))
-    return [done[question.question_id] for question in questions]
+    try:
+        for question in questions:
+            order.append(question.question_id)
+            if question.question_id in done:
+                finished += 1
+                continue
+            await slots.acquire()
+            if errors:
+                slots.release()
+                raise errors[0]
+            task = asyncio.create_task(one(question))
+            running.add(task)
+            task.add_done_callback(settle)
+        await asyncio.gather(*running)
+        if errors:
+            raise errors[0]
+    except BaseException:
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+        raise
+    return [done[question_id] for question_id in order]

@@ -106,3 +106,41 @@ def test_a_failed_reader_call_is_recorded_as_a_wrong_missing_answer(parts, tmp_p
         assert outcome.reader.failed_calls == 1 and outcome.judge.calls == 0
         assert outcome.judge_note == "missing answer counts as wrong"
     assert len(cache) == 0  # failures are never cached
+
+
+def test_a_lazy_stream_holds_at_most_concurrency_questions(parts, tmp_path):
+    questions, builder, reader, judge, cache = parts
+    pulled: list[str] = []
+    in_flight_when_pulled: list[int] = []
+    finished: list[str] = []
+
+    def stream():
+        for question in questions:
+            in_flight_when_pulled.append(len(pulled) - len(finished))
+            pulled.append(question.question_id)
+            yield question
+
+    journal = Journal(tmp_path / "outcomes.jsonl")
+    outcomes = asyncio.run(
+        run_questions(stream(), builder, reader, "Answer.", judge, Gateway(cache), 1, journal, concurrency=2,
+                      on_outcome=lambda outcome, done: finished.append(outcome.question_id))
+    )
+    assert [o.question_id for o in outcomes] == [q.question_id for q in questions]
+    assert max(in_flight_when_pulled) <= 2
+
+
+def test_an_unexpected_error_in_one_question_stops_the_job_and_keeps_what_finished(parts, tmp_path):
+    questions, builder, reader, judge, cache = parts
+
+    class Exploding:
+        name = "exploding"
+
+        def build(self, question):
+            if question.question_id == questions[3].question_id:
+                raise RuntimeError("boom")
+            return builder.build(question)
+
+    journal = Journal(tmp_path / "outcomes.jsonl")
+    with pytest.raises(RuntimeError, match="boom"):
+        asyncio.run(run_questions(questions, Exploding(), reader, "A.", judge, Gateway(cache), 1, journal, concurrency=1))
+    assert [o.question_id for o in journal.read()] == [q.question_id for q in questions[:3]]
