@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
@@ -11,7 +12,7 @@ import lme.resolvers  # noqa: F401
 from lme.errors import LmeError
 
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+@hydra.main(version_base="1.3", config_path=str(Path(__file__).parent / "conf"), config_name="config")
 def main(cfg: DictConfig) -> None:
     from lme.app import run_job
 

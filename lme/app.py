@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 import lme.resolvers  # noqa: F401  (registers ${lme_sample_path:})
 from lme.answer.reader import Reader, compose_instruction
 from lme.data.load import load_questions
+from lme.data.select import Selection, select_questions
 from lme.errors import LmeError
 from lme.judge import make_judge, sha256_text
 from lme.measures import run_measures
@@ -49,14 +50,21 @@ def _output_dir() -> Path:
 def load_dataset(cfg: DictConfig) -> tuple[Path, list]:
     path = Path(str(cfg.dataset.path)).expanduser()
     if not path.exists():
-        raise LmeError(f"{path}: dataset file not found (dataset {cfg.dataset.name}); pass dataset.path=FILE.")
-    ids = list(cfg.question_ids) if cfg.get("question_ids") else None
-    questions = load_questions(path, ids)
-    if cfg.get("limit") is not None:
-        questions = questions[: int(cfg.limit)]
-    if not questions:
-        raise LmeError(f"dataset {cfg.dataset.name}: {path} selects no question.")
-    return path, questions
+        fetch = cfg.dataset.get("fetch")  # the `lme data fetch` target that provides this file, if any
+        hint = "pass dataset.path=FILE"
+        if fetch:
+            hint = f"run `python -m lme data fetch {fetch}` or pass dataset.path=FILE"
+        raise LmeError(f"{path}: dataset file not found (dataset {cfg.dataset.name}); {hint}.")
+    selection = Selection.from_config(
+        **{key: cfg.get(key) for key in ("split", "question_ids", "question_types", "limit")},
+        split_missing=cfg.get("split_missing", "error"),
+    )
+    selected = select_questions(load_questions(path), selection, path)
+    if selected.skipped:
+        print(f"lme: warning: {selected.skipped_note(path)}", file=sys.stderr, flush=True)
+    if not selected.questions:
+        raise LmeError(f"dataset {cfg.dataset.name}: {path} selects no question ({selection.describe()}).")
+    return path, list(selected.questions)
 
 
 def cost_metrics(outcomes: list[Outcome]) -> dict[str, float]:
@@ -154,6 +162,7 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
         tracker.log_params(params)
         tracker.log_text(OmegaConf.to_yaml(container), "config.yaml")
         tracker.log_text(instruction + "\n", "instructions/first_pass.txt")
+        tracker.log_text("".join(f"{q.question_id}\n" for q in questions), "question_ids.txt")
 
     def progress(outcome: Outcome, done: int) -> None:
         mark = "correct" if outcome.correct else "wrong"

@@ -43,13 +43,16 @@ def read_json(path: Path) -> Any:
     if not path.exists():
         raise DataError(f"{path}: file not found.")
     opener = {".gz": gzip.open, ".xz": lzma.open}.get(path.suffix, open)
+    kind = {".gz": "gzip-compressed UTF-8 JSON", ".xz": "xz-compressed UTF-8 JSON"}.get(path.suffix, "UTF-8 JSON")
     try:
         with opener(path, "rt", encoding="utf-8") as handle:
             return json.load(handle)
     except json.JSONDecodeError as exc:
-        raise DataError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}).") from None
+        if not exc.doc.strip():
+            raise DataError(f"{path}: is empty (no JSON in it).") from None
+        raise DataError(f"{path}: not valid JSON ({exc.msg}; line {exc.lineno}, column {exc.colno}).") from None
     except (OSError, EOFError, lzma.LZMAError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path}: cannot be read ({exc}).") from None
+        raise DataError(f"{path}: cannot be read as {kind} ({exc}).") from None
 
 
 def load_questions(path: str | Path, question_ids: Iterable[str] | None = None) -> list[Question]:
@@ -62,6 +65,8 @@ def load_questions(path: str | Path, question_ids: Iterable[str] | None = None) 
     raw = read_json(path)
     if not isinstance(raw, list):
         raise DataError(f"{path}: expected a JSON array of question records, found {type(raw).__name__}.")
+    if not raw:
+        raise DataError(f"{path}: holds no question (an empty JSON array).")
     questions = [parse_question(record, path, index) for index, record in enumerate(raw)]
     seen: set[str] = set()
     for question in questions:
