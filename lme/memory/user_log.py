@@ -17,8 +17,8 @@ Layout (every number comes from config):
 Overflow: when header plus log exceed `max_bytes - overflow_reply_reserve_bytes`,
 whole sessions are kept by the declared `overflow_policy`:
 `retrieved_and_newest` (default) alternates the session holding the next
-best-ranked user turn and the next newest session; `newest` keeps the newest
-sessions. Kept sessions are shown in date order; the budget is never exceeded.
+best-ranked user turn and the next newest session, skipping one that does not
+fit; `newest` keeps the newest sessions back to the first that does not fit. Kept sessions are shown in date order; the budget is never exceeded.
 """
 
 from __future__ import annotations
@@ -171,6 +171,8 @@ class UserLogMemoryBuilder:
                 if used + cost <= budget:
                     kept.append(index)
                     used += cost
+                elif self.overflow_policy == "newest":
+                    break  # the newest sessions, contiguous: no older one fills a gap
             kept.sort()
             header = self.header(question, shown=len(kept), total=len(blocks))
             log_title = "## User messages (the sessions kept, oldest first)"
