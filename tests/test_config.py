@@ -28,7 +28,7 @@ def _compose(overrides: list[str]):
 
 
 def test_every_group_has_options():
-    expected = {"dataset", "retriever", "memory", "instructions", "reader", "judge", "tracking", "setup", "design"}
+    expected = {"dataset", "retriever", "memory", "view", "instructions", "reader", "judge", "tracking", "setup", "design"}
     assert expected <= set(GROUPS)
     for group in GROUPS:
         assert _options(group), group
@@ -57,6 +57,7 @@ def test_config_composes_and_instantiates(group, option, tmp_path):
     retriever = instantiate(cfg.retriever)
     builder = instantiate(cfg.memory, retriever=retriever)
     assert builder is not None
+    assert instantiate(cfg.view, retriever=retriever) is not None
     for part in ("reader", "judge"):
         spec = instantiate(cfg[part].model, _convert_="all")
         assert isinstance(spec, ModelSpec) and spec.model

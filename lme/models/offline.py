@@ -19,6 +19,8 @@ import json
 import re
 from typing import Any
 
+from lme.text import content_words
+
 OFFLINE_PROVIDER = "lme-offline"
 READER_MODEL = f"{OFFLINE_PROVIDER}/extractive-reader"
 JUDGE_MODEL = f"{OFFLINE_PROVIDER}/lexical-judge"
@@ -26,35 +28,15 @@ OFFLINE_MODELS: tuple[str, ...] = (READER_MODEL, JUDGE_MODEL)
 
 DECLINE_ANSWER = "The memory does not contain enough information to answer this question."
 
-_STOPWORDS = frozenset(
-    """a about above after again all am an and any are as at be because been before being below between both but by
-    can could did do does doing down during each few for from further had has have having he her here hers him his
-    how i if in into is it its itself just me more most my myself no nor not now of off on once only or other our
-    ours out over own same she should so some such than that the their theirs them then there these they this those
-    through to too under until up very was we were what when where which while who whom why will with would you your
-    yours yourself yourselves tell know remember much many""".split()
-)
-_WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
-_BLOCK_PREFIX = re.compile(r"^\[[^\]]*\][^\n]*?\b(?:user|assistant):\s*")
+# `[s0001:2] ` and the dated forms `[s0001:2] <date> user: ` / `[s0001:3] <date>, answering [s0001:2]: `
+_LINE_PREFIX = re.compile(r"^\[s\d+:\d+\](?:[^\n]*?(?:\b(?:user|assistant)|, answering \[[^\]]*\]):)?\s*")
 _DECLINE_PATTERNS = re.compile(
     r"not (?:contain )?enough information|insufficient information|cannot determine|can[’']t determine|"
     r"not mentioned|no information|does not (?:include|mention|contain|record)|not specified|unanswerable|"
     r"don[’']t know|do not know",
     re.IGNORECASE,
 )
-
-
-def _stem(word: str) -> str:
-    for suffix in ("ing", "ed", "es", "s"):
-        if len(word) > len(suffix) + 2 and word.endswith(suffix):
-            return word[: -len(suffix)]
-    return word
-
-
-def content_words(text: str) -> set[str]:
-    """Lower-cased, crudely stemmed words that carry content."""
-    return {_stem(word) for word in (w.lower() for w in _WORD.findall(text)) if word not in _STOPWORDS}
 
 
 def estimate_tokens(text: str) -> int:
@@ -68,9 +50,9 @@ def extractive_answer(question: str, memory: str, min_overlap: int = 2) -> str:
         return DECLINE_ANSWER
     needed = 1 if len(wanted) <= 2 else min_overlap
     best, best_score = None, 0
-    for block in memory.split("\n\n"):
-        block = _BLOCK_PREFIX.sub("", block.strip())
-        for sentence in _SENTENCE_END.split(block):
+    for line in memory.splitlines():
+        line = _LINE_PREFIX.sub("", line.strip())
+        for sentence in _SENTENCE_END.split(line):
             sentence = sentence.strip()
             if not sentence:
                 continue
