@@ -13,11 +13,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 import lme.resolvers  # noqa: F401  (registers ${lme_sample_path:})
 from lme.answer.reader import Reader, compose_instruction
+from lme.components import build, build_memory, build_retriever
 from lme.data.load import load_questions
 from lme.data.select import Selection, select_questions
 from lme.errors import LmeError
@@ -114,11 +114,11 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
     design = str(cfg.design_name)
     data_path, questions = load_dataset(cfg)
 
-    retriever = instantiate(cfg.retriever)
-    builder = instantiate(cfg.memory, retriever=retriever)
+    retriever = build_retriever(cfg)
+    builder = build_memory(cfg, retriever)
     reader = Reader(
         name=str(cfg.reader.name),
-        model=instantiate(cfg.reader.model, _convert_="all"),
+        model=build(cfg.reader.model, "reader.model", _convert_="all"),
         instruction_role=str(cfg.reader.instruction_role),
     )
     instructions = cfg.instructions
@@ -126,7 +126,7 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
     judge = make_judge(
         name=str(cfg.judge.name),
         official=bool(cfg.judge.official),
-        model=instantiate(cfg.judge.model, _convert_="all"),
+        model=build(cfg.judge.model, "judge.model", _convert_="all"),
         templates_path=cfg.judge.get("templates_path"),
         templates=OmegaConf.to_container(cfg.judge.templates) if cfg.judge.get("templates") else None,
     )
