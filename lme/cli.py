@@ -29,6 +29,7 @@ def register(name: str, module: str, function: str, description: str) -> None:
 
 register("data", "lme.data.cli", "main", "fetch and verify datasets and judge templates; dataset statistics")
 register("retrieval", "lme.retrieval.cli", "main", "rank every question's turns and report recall@k / NDCG@k")
+register("memory", "lme.memory.cli", "main", "build the memory the reader would see (no model call): text, payload or figures")
 
 
 def compose_config(overrides: Sequence[str]) -> DictConfig:
@@ -48,7 +49,7 @@ def compose_config(overrides: Sequence[str]) -> DictConfig:
 
 def split_overrides(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     """Separate Hydra overrides (`key=value`, `+key=value`, `~key`) from the other arguments."""
-    overrides = [arg for arg in argv if "=" in arg and not arg.startswith("-")]
+    overrides = [arg for arg in argv if ("=" in arg or arg.startswith("~")) and not arg.startswith("-")]
     rest = [arg for arg in argv if arg not in overrides]
     return overrides, rest
 

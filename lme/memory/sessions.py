@@ -23,7 +23,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import date
 
 from lme.budget import utf8_len
 from lme.data.dates import format_day, format_moment

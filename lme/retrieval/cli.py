@@ -1,0 +1,202 @@
+"""`python -m lme retrieval`: rank every selected question's turns and report recall@k and NDCG@k.
+
+    python -m lme retrieval [--json] [--k 1,5,10,50,100] [--user-turns-only] [overrides]
+
+The overrides are a run's (`+design=bm25`, `dataset.path=FILE`, `limit=20`,
+`retriever=...`); no model is called. The report (see `lme.retrieval.metrics`
+and docs/retrieval.md) goes to stdout as Markdown tables or one JSON object,
+and to MLflow as a run tagged `lme.role=retrieval` unless `tracking.enabled=false`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from lme.retrieval.metrics import (
+    DEFAULT_KS,
+    LEVELS,
+    QuestionScores,
+    RetrievalReport,
+    metric_name,
+    score_question,
+    summarise,
+    user_turns_view,
+)
+
+PER_QUESTION_ARTIFACT = "retrieval_per_question.jsonl"
+REPORT_ARTIFACT = "retrieval.json"
+
+
+def parse_ks(text: str) -> tuple[int, ...]:
+    """`"1,5,10"` -> (1, 5, 10): positive integers, sorted, duplicates dropped."""
+    try:
+        values = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--k expects comma-separated positive integers, got {text!r}") from None
+    if not values or values[0] < 1:
+        raise argparse.ArgumentTypeError(f"--k expects comma-separated positive integers, got {text!r}")
+    return tuple(values)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m lme retrieval",
+        description="Rank every selected question's turns with the configured retriever (no model call) and "
+        "report turn- and session-level recall@k and NDCG@k, overall and per type. Other arguments are "
+        "config overrides, as for a run (+design=bm25 dataset.path=FILE limit=20 tracking.enabled=false).",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of Markdown tables")
+    parser.add_argument("--k", type=parse_ks, default=DEFAULT_KS, metavar="K,K,...",
+                        help="cut-offs (default 1,5,10,50,100); each question's top max(K) turns are ranked")
+    parser.add_argument("--user-turns-only", action="store_true",
+                        help="the official LongMemEval convention: rank user turns only; evidence = has_answer user "
+                        "turns and the evidence sessions holding one")
+    return parser
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3f}"
+
+
+def markdown_tables(report: RetrievalReport, measures: Sequence[str] = ("recall", "ndcg")) -> str:
+    """One Markdown table per level: rows overall + each type; columns `measure@k`."""
+    blocks = []
+    for level in LEVELS:
+        header = ["group", "n"] + [f"{measure}@{k}" for measure in measures for k in report.ks]
+        lines = [
+            f"{level} level (n = questions with {level} evidence)",
+            "",
+            "| " + " | ".join(header) + " |",
+            "|" + "|".join(["---"] + ["--:"] * (len(header) - 1)) + "|",
+        ]
+        for group in report.groups():
+            cells = [group.name, str(group.n_scored[level])]
+            cells += [_fmt(group.values.get(metric_name(level, measure, k))) for measure in measures for k in report.ks]
+            lines.append("| " + " | ".join(cells) + " |")
+        blocks.append("\n".join(lines))
+    notes = (
+        f"{report.n_questions} questions ranked; left out: {report.n_abstention} abstention, "
+        f"{report.n_no_evidence['turn']} without evidence turns, "
+        f"{report.n_no_evidence['session']} without evidence sessions."
+    )
+    return "\n\n".join(blocks) + "\n\n" + notes
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {key: _json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(item) for item in value]
+    return value
+
+
+def per_question_row(score: QuestionScores) -> dict[str, Any]:
+    return {
+        "question_id": score.question_id,
+        "question_type": score.question_type,
+        "abstention": score.abstention,
+        "turn_evidence": score.turn_evidence,
+        "session_evidence": score.session_evidence,
+        "first_turn_hit": score.first_turn_hit,
+        "first_session_hit": score.first_session_hit,
+        "metrics": dict(score.values),
+    }
+
+
+def rank_and_score(
+    questions: Sequence[Any], retriever: Any, ks: Sequence[int], user_turns_only: bool
+) -> list[QuestionScores]:
+    from tqdm import tqdm
+
+    top_k = max(ks)
+    scores = []
+    for question in tqdm(questions, desc=f"ranking ({retriever.name})", unit="q", disable=None, file=sys.stderr):
+        view = user_turns_view(question) if user_turns_only else question
+        ranking = retriever.rank(view, top_k)
+        scores.append(score_question(question, ranking.turn_ids, ks, user_turns_only))
+    return scores
+
+
+def _log_to_mlflow(cfg: Any, container: Mapping[str, Any], data_path: Any, report: RetrievalReport,
+                   scores: Sequence[QuestionScores], retriever_name: str, options: argparse.Namespace,
+                   seconds: float, result: Mapping[str, Any]) -> str | None:
+    from lme.app import file_sha256
+    from lme.tracking import JobRun, TrackingSettings, params_from_config
+
+    settings = TrackingSettings(**container["tracking"])  # type: ignore[arg-type]
+    if not settings.enabled:
+        return None
+    design = str(cfg.design_name)
+    tracker = JobRun(
+        settings,
+        run_name=f"{design}-retrieval",
+        tags={"lme.role": "retrieval", "lme.design": design, "lme.retriever": retriever_name},
+    )
+    status = "FAILED"
+    try:
+        params = params_from_config(container)
+        params["dataset.sha256"] = file_sha256(data_path)
+        params["n_questions"] = str(report.n_questions)
+        params["retrieval.ks"] = ",".join(str(k) for k in report.ks)
+        params["retrieval.user_turns_only"] = str(options.user_turns_only).lower()
+        tracker.log_params(params)
+        tracker.log_metrics(report.as_metrics() | {"seconds_per_question": seconds / max(1, report.n_questions)})
+        tracker.log_text(json.dumps(_json_safe(result), indent=2, sort_keys=True) + "\n", REPORT_ARTIFACT)
+        rows = "".join(json.dumps(_json_safe(per_question_row(s)), sort_keys=True) + "\n" for s in scores)
+        tracker.log_text(rows, PER_QUESTION_ARTIFACT)
+        status = "FINISHED"
+    finally:
+        tracker.finish(status)
+    return tracker.run_id
+
+
+def main(argv: Sequence[str]) -> int:
+    from omegaconf import OmegaConf
+
+    from lme.app import load_dataset
+    from lme.cli import compose_config, split_overrides
+    from lme.components import build_retriever
+
+    overrides, rest = split_overrides(argv)
+    options = _parser().parse_args(rest)
+    cfg = compose_config(overrides)
+    container: Mapping[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
+    data_path, questions = load_dataset(cfg)
+    retriever = build_retriever(cfg)
+    name = str(getattr(retriever, "name", type(retriever).__name__))
+
+    started = time.perf_counter()
+    scores = rank_and_score(questions, retriever, options.k, options.user_turns_only)
+    seconds = time.perf_counter() - started
+    report = summarise(scores, options.k)
+    result: dict[str, Any] = {
+        "design": str(cfg.design_name),
+        "retriever": name,
+        "dataset": str(data_path),
+        "user_turns_only": options.user_turns_only,
+        **report.as_dict(),
+        "seconds": round(seconds, 3),
+    }
+    run_id = _log_to_mlflow(cfg, container, data_path, report, scores, name, options, seconds, result)
+    result["mlflow_run_id"] = run_id
+    if options.json:
+        print(json.dumps(_json_safe(result)), flush=True)
+    else:
+        convention = ", user turns only" if options.user_turns_only else ""
+        print(f"## Retrieval: design {result['design']}, retriever {name}{convention}\n", flush=True)
+        print(markdown_tables(report), flush=True)
+    print(
+        f"lme retrieval: {report.n_questions} questions in {seconds:.1f} s"
+        + (f"; MLflow run {run_id}" if run_id else ""),
+        file=sys.stderr,
+        flush=True,
+    )
+    return 0
