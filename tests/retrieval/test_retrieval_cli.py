@@ -1,0 +1,216 @@
+"""`python -m lme retrieval`: on the bundled sample, on the real mini file, with MLflow in a temp SQLite store."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lme.cli import CONF_DIR
+from lme.data.load import load_questions
+from lme.data.records import Question
+from lme.data.sample import SAMPLE_PATH
+from lme.retrieval.base import Ranking
+from lme.retrieval.cli import main, markdown_tables, parse_ks
+from lme.retrieval.fts5 import FTS5Retriever
+from lme.retrieval.metrics import score_question, summarise
+
+DATA_DIR = Path(__file__).resolve().parents[3] / "shared/data/longmemeval"
+MINI = DATA_DIR / "longmemeval_s_cleaned_mini.json.xz"
+KS = (1, 5, 10, 50, 100)
+SEMANTIC_CONFIG = CONF_DIR / "retriever" / "semantic.yaml"
+
+
+class ReverseRetriever:
+    """A real retriever for the hybrid design: every turn of the history, latest first."""
+
+    def __init__(self, name: str = "reverse") -> None:
+        self.name = name
+
+    def rank(self, question: Question, top_k: int) -> Ranking:
+        turns = [turn.turn_id for turn in reversed(question.turns())][:top_k]
+        return Ranking(retriever=self.name, turn_ids=tuple(turns), scores=tuple(-float(i) for i in range(len(turns))))
+
+
+def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "lme", "retrieval", *args],
+        capture_output=True, text=True, timeout=300, cwd=cwd, env={**os.environ, **(env or {})},
+    )
+
+
+def expected_report(path: Path, user_turns_only: bool = False) -> dict:
+    """The report computed in this process, straight from the retriever and the measures."""
+    from lme.retrieval.metrics import user_turns_view
+
+    retriever = FTS5Retriever()
+    scores = []
+    for question in load_questions(path):
+        view = user_turns_view(question) if user_turns_only else question
+        scores.append(score_question(question, retriever.rank(view, max(KS)).turn_ids, KS, user_turns_only))
+    return summarise(scores, KS).as_dict()
+
+
+def assert_same_groups(got: dict, expected: dict) -> None:
+    """Two report dicts agree: counts exactly, measures to rounding."""
+    groups = [("overall", got["overall"], expected["overall"])]
+    assert set(got["by_type"]) == set(expected["by_type"])
+    groups += [(name, got["by_type"][name], expected["by_type"][name]) for name in expected["by_type"]]
+    for name, mine, theirs in groups:
+        assert (mine["n_questions"], mine["n_scored"]) == (theirs["n_questions"], theirs["n_scored"]), name
+        assert mine["metrics"] == pytest.approx(theirs["metrics"]), name
+
+
+def check_consistent(group: dict) -> None:
+    """Within one group: recall_all <= recall <= recall_any, and recall never falls as k grows."""
+    metrics = group["metrics"]
+    for level in ("turn", "session"):
+        if not group["n_scored"][level]:
+            assert not any(name.startswith(level + ".") for name in metrics)
+            continue
+        recalls = [metrics[f"{level}.recall@{k}"] for k in KS]
+        assert recalls == sorted(recalls)
+        for k in KS:
+            low, mid, high = (metrics[f"{level}.{m}@{k}"] for m in ("recall_all", "recall", "recall_any"))
+            assert low <= mid <= high
+            assert 0.0 <= metrics[f"{level}.ndcg@{k}"] <= 1.0
+
+
+def test_parse_ks() -> None:
+    assert parse_ks("10,1,5,5") == (1, 5, 10)
+    for bad in ("", "0,5", "a,b", "-1"):
+        with pytest.raises(Exception, match="positive integers"):
+            parse_ks(bad)
+
+
+def test_json_on_the_bundled_sample_matches_the_measures_computed_here() -> None:
+    result = run_cli("+design=bm25", "--json", "tracking.enabled=false")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert (report["design"], report["retriever"], report["mlflow_run_id"]) == ("bm25", "bm25", None)
+    assert report["ks"] == list(KS)
+    assert (report["n_questions"], report["n_abstention"]) == (42, 5)
+    assert report["overall"]["n_scored"] == {"turn": 37, "session": 37}
+    assert set(report["by_type"]) == {
+        "single-session-user", "single-session-assistant", "single-session-preference",
+        "multi-session", "temporal-reasoning", "knowledge-update",
+    }
+    expected = expected_report(SAMPLE_PATH)
+    for key in ("n_questions", "n_abstention", "n_no_evidence"):
+        assert report[key] == expected[key], key
+    assert_same_groups(report, expected)
+    # the sample plants every fact in words the question uses: BM25 finds all of it within 100 turns
+    assert report["overall"]["metrics"]["turn.recall@100"] == 1.0
+    for group in [report["overall"], *report["by_type"].values()]:
+        check_consistent(group)
+
+
+def test_markdown_table_on_the_sample(capsys) -> None:
+    assert main(["+design=bm25", "tracking.enabled=false", "--k", "1,10"]) == 0
+    out = capsys.readouterr().out
+    assert "## Retrieval: design bm25, retriever bm25" in out
+    assert "turn level" in out and "session level" in out
+    assert "| group | n | recall@1 | recall@10 | ndcg@1 | ndcg@10 |" in out
+    assert out.count("| overall | 37 |") == 2
+    assert "| single-session-user |" in out
+    assert "42 questions ranked; left out: 5 abstention" in out
+
+
+def test_markdown_tables_show_a_dash_where_a_group_has_no_evidence() -> None:
+    from lme.retrieval.metrics import GroupScores, RetrievalReport
+
+    empty = GroupScores(name="single-session-assistant", n_questions=1, n_scored={"turn": 0, "session": 1},
+                        values={"session.recall@1": 1.0, "session.ndcg@1": 1.0})
+    report = RetrievalReport(ks=(1,), n_questions=1, n_abstention=0, n_no_evidence={"turn": 1, "session": 0},
+                             overall=empty, by_type=(empty,))
+    text = markdown_tables(report)
+    assert "| single-session-assistant | 0 | - | - |" in text
+    assert "| single-session-assistant | 1 | 1.000 | 1.000 |" in text
+
+
+@pytest.mark.skipif(not MINI.exists(), reason="shared LongMemEval mini file not present")
+def test_json_on_the_real_mini_file() -> None:
+    result = run_cli("+design=bm25", f"dataset.path={MINI}", "--json", "tracking.enabled=false")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert (report["n_questions"], report["n_abstention"]) == (16, 4)
+    assert len(report["by_type"]) == 6 and all(g["n_questions"] == 2 for g in report["by_type"].values())
+    assert_same_groups(report, expected_report(MINI))
+    for group in [report["overall"], *report["by_type"].values()]:
+        check_consistent(group)
+
+    # the official convention: single-session-assistant evidence lies in assistant turns, so those
+    # questions have no user evidence turn and drop out of the turn level
+    user = run_cli("+design=bm25", f"dataset.path={MINI}", "--json", "tracking.enabled=false", "--user-turns-only")
+    assert user.returncode == 0, user.stderr
+    user_report = json.loads(user.stdout)
+    assert user_report["user_turns_only"] is True
+    assert user_report["by_type"]["single-session-assistant"]["n_scored"]["turn"] == 0
+    assert user_report["n_no_evidence"]["turn"] >= 2
+    assert_same_groups(user_report, expected_report(MINI, user_turns_only=True))
+
+
+def test_bad_input_is_one_sentence_and_exit_2(tmp_path) -> None:
+    missing = run_cli("+design=bm25", f"dataset.path={tmp_path}/nope.json", "tracking.enabled=false")
+    assert missing.returncode == 2
+    assert missing.stderr.startswith("lme: error:") and "nope.json" in missing.stderr
+    assert "Traceback" not in missing.stderr
+    bad_k = run_cli("+design=bm25", "--k", "0,x", "tracking.enabled=false")
+    assert bad_k.returncode == 2 and "positive integers" in bad_k.stderr and "Traceback" not in bad_k.stderr
+    bad_tokenizer = run_cli("retriever.tokenizer=nope", "tracking.enabled=false")
+    assert bad_tokenizer.returncode == 2 and "tokenizer 'nope'" in bad_tokenizer.stderr
+    assert "Traceback" not in bad_tokenizer.stderr
+
+
+@pytest.mark.skipif(not SEMANTIC_CONFIG.exists(), reason="retriever/semantic.yaml not present")
+def test_hybrid_design_with_a_local_second_retriever(capsys) -> None:
+    args = ["+design=hybrid", "~retriever.retrievers.semantic",
+            f"+retriever.retrievers.reverse._target_={__name__}.ReverseRetriever", "tracking.enabled=false", "--json"]
+    assert main(args) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["design"], report["retriever"]) == ("hybrid", "hybrid")
+    # every turn is in the reverse list and the sample's histories are short: all evidence within the top 100
+    assert report["overall"]["metrics"]["turn.recall@100"] == 1.0
+    for group in [report["overall"], *report["by_type"].values()]:
+        check_consistent(group)
+
+
+@pytest.mark.slow
+def test_mlflow_run_holds_the_metrics_params_and_artifacts(tmp_path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    result = run_cli(
+        "+design=bm25", "--json", f"tracking.uri={uri}", f"tracking.artifact_location={tmp_path}/mlruns",
+        "tracking.experiment=retrieval-test", cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    run_id = report["mlflow_run_id"]
+    assert run_id and f"MLflow run {run_id}" in result.stderr
+
+    client = MlflowClient(uri)
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["lme.role"] == "retrieval"
+    assert run.data.tags["lme.design"] == "bm25" and run.data.tags["lme.retriever"] == "bm25"
+    assert run.data.params["retriever._target_"] == "lme.retrieval.fts5.FTS5Retriever"
+    assert run.data.params["retrieval.ks"] == "1,5,10,50,100"
+    assert len(run.data.params["dataset.sha256"]) == 64
+    metrics = run.data.metrics
+    for k in KS:
+        assert metrics[f"turn.recall_at_{k}"] == pytest.approx(report["overall"]["metrics"][f"turn.recall@{k}"])
+        assert metrics[f"session.ndcg_at_{k}"] == pytest.approx(report["overall"]["metrics"][f"session.ndcg@{k}"])
+    assert metrics["turn.recall_at_10.multi-session"] == pytest.approx(
+        report["by_type"]["multi-session"]["metrics"]["turn.recall@10"]
+    )
+    assert metrics["n_questions"] == 42 and metrics["n_abstention"] == 5
+    artifacts = {artifact.path for artifact in client.list_artifacts(run_id)}
+    assert artifacts == {"retrieval.json", "retrieval_per_question.jsonl"}
+    local = client.download_artifacts(run_id, "retrieval_per_question.jsonl", str(tmp_path))
+    rows = [json.loads(line) for line in Path(local).read_text(encoding="utf-8").splitlines()]
+    assert len(rows) == 42 and sum(row["abstention"] for row in rows) == 5
