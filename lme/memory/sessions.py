@@ -23,6 +23,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from datetime import date
 
 from lme.budget import utf8_len
@@ -70,15 +71,24 @@ def sessions_near_dates(
     return [index for _, index in sorted(near)[:limit]]
 
 
+@lru_cache(maxsize=65_536)
+def _word_counts(text: str) -> tuple[Counter[str], int]:
+    """Stemmed word counts of one message and its length in words (histories share many messages)."""
+    tokens = words(text)
+    return Counter(tokens), len(tokens)
+
+
 def content_scores(sessions: Sequence[Session], question_text: str) -> list[float]:
     """Per session: occurrences of the question's content words / sqrt(session words)."""
     wanted = content_words(question_text)
     scores = []
     for session in sessions:
-        tokens = [w for turn in session.turns for w in words(turn.content)]
-        counts = Counter(tokens)
-        hits = sum(counts[word] for word in wanted)
-        scores.append(hits / math.sqrt(len(tokens)) if tokens else 0.0)
+        hits = length = 0
+        for turn in session.turns:
+            counts, n = _word_counts(turn.content)
+            hits += sum(counts[word] for word in wanted)
+            length += n
+        scores.append(hits / math.sqrt(length) if length else 0.0)
     return scores
 
 
