@@ -181,8 +181,13 @@ def test_an_interrupted_fetch_leaves_nothing(tmp_path, signum):
         finally:
             if child.poll() is None:
                 child.kill()
-    assert child.returncode != 0
-    assert _contents(data_dir) == [], err.decode()
+    if child.returncode == 0:
+        # the interrupt landed where huggingface_hub retries (seen under heavy load): the fetch then
+        # finished, and what it kept is the whole, verified file, never a partial one
+        assert _contents(data_dir) == sorted([ORACLE_FILE, "pins.json"]), err.decode()
+        assert (data_dir / ORACLE_FILE).read_bytes() == DATA
+    else:
+        assert _contents(data_dir) == [], err.decode()
 
 
 def test_a_killed_fetch_leaves_a_staging_folder_the_next_fetch_removes(tmp_path):
