@@ -17,15 +17,19 @@ from omegaconf import DictConfig, OmegaConf
 
 import lme.resolvers  # noqa: F401  (registers ${lme_sample_path:})
 from lme.answer.reader import Reader, compose_instruction
-from lme.components import build, build_memory, build_retriever
+from lme.answer.rules import FIRST_PASS_VIEW, RuleStep, parse_rules
+from lme.answer.steps import run_step_metrics
+from lme.components import build, build_memory, build_retriever, build_view
 from lme.data.load import load_questions
 from lme.data.select import Selection, select_questions
 from lme.errors import LmeError
-from lme.judge import make_judge, sha256_text
+from lme.judge import Judge, make_judge, sha256_text
 from lme.measures import run_measures
 from lme.models.cache import CallCache
 from lme.models.gateway import Gateway
-from lme.run import Journal, Outcome, run_questions
+from lme.models.ledger import Budget, BudgetExhausted, Ledger, budget_stop_message
+from lme.prereg import check_run
+from lme.run import FIRST_PASS, Journal, Outcome, run_questions
 from lme.tracking import OUTCOMES_ARTIFACT, PARENT_ENV, JobRun, TrackingSettings, params_from_config
 
 
@@ -67,6 +71,61 @@ def load_dataset(cfg: DictConfig) -> tuple[Path, list]:
     return path, list(selected.questions)
 
 
+def known_views(cfg: DictConfig) -> list[str]:
+    """The views a rule may name: the first-pass memory and the `view` group's view."""
+    view = cfg.get("view")
+    return [FIRST_PASS_VIEW, *([str(view.name)] if view is not None and view.get("name") else [])]
+
+
+def compose_instructions(cfg: DictConfig) -> tuple[str, tuple[RuleStep, ...], dict[str, str]]:
+    """(first-pass instruction, the rules in order with their instructions, {step name: instruction}).
+
+    A step's instruction is `instructions.base` followed by its paragraphs (`instructions.first_pass`
+    for the first pass, `rules.definitions.NAME.paragraphs` for a rule), joined by single spaces."""
+    instructions = cfg.instructions
+    base = str(instructions.base)
+    paragraphs = OmegaConf.to_container(instructions.paragraphs, resolve=True) if instructions.get("paragraphs") else {}
+    first_pass = compose_instruction(base, paragraphs or {}, instructions.get("first_pass") or [])
+    rules_node = OmegaConf.to_container(cfg.rules, resolve=True) if cfg.get("rules") is not None else None
+    rules = parse_rules(rules_node, paragraphs or {}, known_views(cfg))  # type: ignore[arg-type]
+    texts = {FIRST_PASS: first_pass}
+    steps = []
+    for rule in rules:
+        text = compose_instruction(base, paragraphs or {}, rule.paragraphs)
+        texts.setdefault(rule.name, text)
+        steps.append(RuleStep(rule, text))
+    return first_pass, tuple(steps), texts
+
+
+def build_views(cfg: DictConfig, retriever: Any, rules: tuple[RuleStep, ...]) -> dict[str, Any]:
+    """The memory builder of every view a rule reads, other than the first-pass memory."""
+    needed = {step.rule.view for step in rules} - {FIRST_PASS_VIEW}
+    return {name: build_view(cfg, retriever) for name in needed}  # known_views allows only cfg.view
+
+
+def build_reader(cfg: DictConfig) -> Reader:
+    return Reader(
+        name=str(cfg.reader.name),
+        model=build(cfg.reader.model, "reader.model", _convert_="all"),
+        instruction_role=str(cfg.reader.instruction_role),
+    )
+
+
+def build_judge(cfg: DictConfig) -> Judge:
+    return make_judge(
+        name=str(cfg.judge.name),
+        official=bool(cfg.judge.official),
+        model=build(cfg.judge.model, "judge.model", _convert_="all"),
+        templates_path=cfg.judge.get("templates_path"),
+        templates=OmegaConf.to_container(cfg.judge.templates) if cfg.judge.get("templates") else None,
+    )
+
+
+def open_ledger(cfg: DictConfig, job: str) -> Ledger:
+    """The study's spending ledger (`budget` config group), writing as `job`."""
+    return Ledger(Path(str(cfg.budget.ledger_path)), study=str(cfg.budget.study), job=job)
+
+
 def cost_metrics(outcomes: list[Outcome]) -> dict[str, float]:
     reader_calls = sum(o.reader.calls for o in outcomes)
     metrics = {
@@ -98,8 +157,11 @@ def cost_metrics(outcomes: list[Outcome]) -> dict[str, float]:
 
 def _write_csv(outcomes: list[Outcome], path: Path) -> None:
     rows = [asdict(o) for o in outcomes]
-    flat = [{k: v for k, v in row.items() if not isinstance(v, dict)} | {
+    flat = [{k: v for k, v in row.items() if not isinstance(v, (dict, list))} | {
         f"{part}_{k}": v for part in ("reader", "judge") for k, v in row[part].items()
+    } | {
+        "rules_reread": " ".join(step["rule"] for step in row["steps"] if step["reread"]),
+        "rereads_failed": sum(1 for step in row["steps"] if step["reread"] and step["failed"]),
     } for row in rows]
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(flat[0]) if flat else ["question_id"])
@@ -113,30 +175,23 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
     seed = int(cfg.seed)
     design = str(cfg.design_name)
     data_path, questions = load_dataset(cfg)
+    prereg_tags = check_run(cfg, data_path, questions)  # before any model call: refuses a run unlike cfg.prereg
 
     retriever = build_retriever(cfg)
     builder = build_memory(cfg, retriever)
-    reader = Reader(
-        name=str(cfg.reader.name),
-        model=build(cfg.reader.model, "reader.model", _convert_="all"),
-        instruction_role=str(cfg.reader.instruction_role),
-    )
-    instructions = cfg.instructions
-    instruction = compose_instruction(str(instructions.base), instructions.paragraphs or {}, instructions.first_pass or [])
-    judge = make_judge(
-        name=str(cfg.judge.name),
-        official=bool(cfg.judge.official),
-        model=build(cfg.judge.model, "judge.model", _convert_="all"),
-        templates_path=cfg.judge.get("templates_path"),
-        templates=OmegaConf.to_container(cfg.judge.templates) if cfg.judge.get("templates") else None,
-    )
+    reader = build_reader(cfg)
+    instruction, rules, instruction_texts = compose_instructions(cfg)
+    views = build_views(cfg, retriever, rules)
+    judge = build_judge(cfg)
 
     out_dir = _output_dir()
     out_dir.mkdir(parents=True, exist_ok=True)
     journal = Journal(out_dir / OUTCOMES_ARTIFACT)
     cache = CallCache(Path(str(cfg.cache_dir)) / "calls.sqlite")
-    gateway = Gateway(cache)
+    ledger = open_ledger(cfg, str(cfg.budget.job or out_dir.resolve()))  # a resumed job keeps its name
+    gateway = Gateway(cache, ledger=ledger, budget=Budget.from_config(cfg.budget))
 
+    params = params_from_config(container)  # refuses a key-like value before any MLflow run exists
     settings = TrackingSettings(**container["tracking"])  # type: ignore[arg-type]
     tracker = None
     if settings.enabled:
@@ -151,17 +206,18 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
                 "lme.judge": judge.name,
                 "lme.judge_official": str(judge.official).lower(),
                 "lme.reader": reader.name,
+                **prereg_tags,
             },
             parent_id=parent,
         )
-        params = params_from_config(container)
         params["dataset.sha256"] = file_sha256(data_path)
-        params["instruction.first_pass.sha256"] = sha256_text(instruction)
+        params.update({f"instruction.{name}.sha256": sha256_text(text) for name, text in instruction_texts.items()})
         params["n_questions"] = str(len(questions))
         params.update({f"judge.template_sha256.{k}": v for k, v in judge.digests.items()})
         tracker.log_params(params)
         tracker.log_text(OmegaConf.to_yaml(container), "config.yaml")
-        tracker.log_text(instruction + "\n", "instructions/first_pass.txt")
+        for name, text in instruction_texts.items():
+            tracker.log_text(text + "\n", f"instructions/{name}.txt")
         tracker.log_text("".join(f"{q.question_id}\n" for q in questions), "question_ids.txt")
 
     def progress(outcome: Outcome, done: int) -> None:
@@ -174,12 +230,14 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
             run_questions(
                 questions, builder, reader, instruction, judge, gateway, seed, journal,
                 concurrency=int(cfg.concurrency), on_outcome=progress if cfg.get("verbose") else None,
+                rules=rules, views=views,
             )
         )
         types = {o.question_id: o.question_type for o in outcomes}
         correct = {o.question_id: o.correct for o in outcomes}
         abstention = {o.question_id for o in outcomes if o.abstention}
         metrics = run_measures(correct, types, abstention).as_metrics() | cost_metrics(outcomes)
+        metrics |= run_step_metrics([asdict(o) for o in outcomes])
         _write_csv(outcomes, out_dir / "outcomes.csv")
         (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         if tracker is not None:
@@ -187,6 +245,10 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
             tracker.log_artifact(journal.path)
             tracker.log_artifact(out_dir / "outcomes.csv")
         status = "FINISHED"
+    except BudgetExhausted as exc:  # a cap: what finished is journaled; say how to resume
+        status = "KILLED"
+        print(budget_stop_message(exc, len(journal.read()), len(questions), out_dir), file=sys.stderr, flush=True)
+        raise SystemExit(3) from None
     except KeyboardInterrupt:
         status = "KILLED"
         raise
@@ -194,6 +256,7 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
         if tracker is not None:
             tracker.finish(status)
         cache.close()
+        ledger.close()
     _print_summary(design, seed, judge.name, judge.official, metrics, out_dir, tracker.run_id if tracker else None)
     return metrics
 
@@ -210,3 +273,119 @@ def _print_summary(design: str, seed: int, judge: str, official: bool, metrics: 
         + (f"; MLflow run {run_id}" if run_id else ""),
     ]
     print("\n".join(lines), flush=True)
+
+
+# -- the multirun parent's own stages --------------------------------------------------------------
+
+
+def _children_rows(settings: TrackingSettings, parent_id: str) -> dict[str, list[tuple[str, list[dict[str, Any]]]]]:
+    """Design -> [(seed, journal rows)] of the parent's finished jobs, in seed order."""
+    from mlflow.tracking import MlflowClient
+
+    from lme.tracking import experiment_id, read_outcome_rows
+
+    client = MlflowClient(tracking_uri=settings.uri)
+    children = client.search_runs(
+        [experiment_id(settings)], filter_string=f"tags.mlflow.parentRunId = '{parent_id}'", max_results=10_000
+    )
+    groups: dict[str, list[tuple[str, list[dict[str, Any]]]]] = {}
+    for child in children:
+        if child.info.status != "FINISHED" or child.data.tags.get("lme.role", "job") != "job":
+            continue
+        rows = read_outcome_rows(settings, child.info.run_id)
+        if rows is not None:
+            design = child.data.tags.get("lme.design", "default")
+            groups.setdefault(design, []).append((child.data.tags.get("lme.seed", "?"), rows))
+    for runs in groups.values():
+        runs.sort(key=lambda run: _seed_order(run[0]))
+    return groups
+
+
+def _seed_order(seed: str) -> tuple[int, int, str]:
+    """Numeric seeds in numeric order, then any other tag."""
+    try:
+        return (0, int(seed), seed)
+    except ValueError:
+        return (1, 0, seed)
+
+
+def run_arbiter(
+    cfg: DictConfig, runs: list[list[dict[str, Any]]], seeds: list[str], index: int
+) -> tuple[list[Any], dict[str, Any], dict[str, float], str]:
+    """The arbiter stage (`lme.answer.arbiter`) of design `cfg.design_name` over its finished runs.
+
+    Returns (outcomes, its per-step row, parent metrics, its instruction). The arbiter's calls are
+    keyed by the lowest seed of the runs."""
+    from lme.answer.arbiter import arbiter_step, arbitrate, final_answers
+
+    node = OmegaConf.to_container(cfg.arbiter, resolve=True) or {}
+    view = str(node.get("view", FIRST_PASS_VIEW))  # type: ignore[union-attr]
+    if view not in known_views(cfg):
+        raise LmeError(f"arbiter.view: {view!r} is not a view (known: {', '.join(known_views(cfg))}).")
+    paragraphs = cfg.instructions.get("paragraphs")
+    texts = OmegaConf.to_container(paragraphs, resolve=True) if paragraphs else {}
+    names = node.get("paragraphs") or []  # type: ignore[union-attr]
+    instruction = compose_instruction(str(cfg.instructions.base), texts or {}, names)  # type: ignore[arg-type]
+    answers = final_answers(runs)
+    _, questions = load_dataset(cfg)
+    retriever = build_retriever(cfg)
+    builder = build_memory(cfg, retriever) if view == FIRST_PASS_VIEW else build_view(cfg, retriever)
+    numeric = [int(seed) for seed in seeds if _seed_order(seed)[0] == 0]
+    seed = min(numeric) if numeric else int(cfg.seed)
+    cache = CallCache(Path(str(cfg.cache_dir)) / "calls.sqlite")
+    ledger = open_ledger(cfg, f"arbiter:{cfg.design_name}")
+    try:
+        outcomes = asyncio.run(arbitrate(
+            questions, answers, builder, build_reader(cfg), instruction, build_judge(cfg),
+            Gateway(cache, ledger=ledger, budget=Budget.from_config(cfg.budget)), seed,
+            concurrency=int(cfg.concurrency),
+        ))
+    finally:
+        cache.close()
+        ledger.close()
+    row = arbiter_step(runs, outcomes, index, view)
+    metrics = {f"arbiter.{key}": float(row[key]) for key in (
+        "questions_chosen", "failed", "mean_accuracy", "majority_count", "majority_accuracy", "fixed", "broken",
+        "reader_calls", "reader_cost_usd", "judge_cost_usd")}
+    return outcomes, row, metrics, instruction
+
+
+def after_multirun(cfg: DictConfig, parent: JobRun, settings: TrackingSettings) -> bool:
+    """The multirun parent's stages once its jobs have finished (called by `lme.tracking.MultirunParent`):
+
+    - `steps.json`: per design, the per-step table of its runs (`lme.measures.step_table`);
+    - when the design sets `arbiter` (+design=pipeline_arbiter), the arbiter over its runs, logged
+      as `arbiter/outcomes.jsonl`, `instructions/arbiter.txt`, metrics `arbiter.*` and a last row
+      of the design's steps.
+
+    Returns False (after saying why on stderr) when a stage failed."""
+    from lme.answer.steps import steps_table
+
+    try:
+        groups = _children_rows(settings, parent.run_id)
+        report: dict[str, Any] = {"designs": {}}
+        for design, seeded in sorted(groups.items()):
+            seeds = [seed for seed, _ in seeded]
+            runs = [rows for _, rows in seeded]
+            table = steps_table(runs)
+            if cfg.get("arbiter") is not None and design == str(cfg.design_name):
+                if len(runs) < 2:
+                    print(f"lme: warning: design {design}: the arbiter needs at least 2 runs, found {len(runs)}.",
+                          file=sys.stderr, flush=True)
+                else:
+                    outcomes, row, metrics, instruction = run_arbiter(cfg, runs, seeds, len(table))
+                    table.append(row)
+                    parent.log_metrics(metrics)
+                    parent.log_params({"instruction.arbiter.sha256": sha256_text(instruction)})
+                    parent.log_text(instruction + "\n", "instructions/arbiter.txt")
+                    parent.log_text("".join(o.to_json() + "\n" for o in outcomes), "arbiter/outcomes.jsonl")
+                    print(f"arbiter, design {design}: {row['questions_chosen']} of {len(outcomes)} questions "
+                          f"disagreed across {len(runs)} runs, {row['failed'] // len(runs)} arbiter calls failed; "
+                          f"answers fixed {row['fixed']}, broken {row['broken']}, mean of runs after "
+                          f"{row['mean_accuracy']:.3f}; MLflow parent run {parent.run_id}", flush=True)
+            report["designs"][design] = {"seeds": seeds, "n_runs": len(runs), "steps": table}
+        parent.log_text(json.dumps(report, indent=2, sort_keys=True), "steps.json")
+    except LmeError as exc:
+        print(f"lme: error: after the multirun: {exc}", file=sys.stderr, flush=True)
+        return False
+    return True

@@ -30,6 +30,13 @@ def register(name: str, module: str, function: str, description: str) -> None:
 register("data", "lme.data.cli", "main", "fetch and verify datasets and judge templates; dataset statistics")
 register("retrieval", "lme.retrieval.cli", "main", "rank every question's turns and report recall@k / NDCG@k")
 register("memory", "lme.memory.cli", "main", "build the memory the reader would see (no model call): text, payload or figures")
+register("rules", "lme.answer.cli", "main", "list the questions each question-text re-read rule selects (no model call)")
+register("report", "lme.report_cli", "main", "design-vs-design tables, paired bootstrap intervals, re-read steps, cost, plots")
+register("export", "lme.interop_cli", "export_main", "write a job's answers as LongMemEval's hypothesis JSONL")
+register("import-eval", "lme.interop_cli", "import_main", "read an official .eval-results file; print the official summary lines")
+register("prereg", "lme.prereg", "main", "freeze a composed design into a preregistration record; verify against it")
+register("audit", "lme.audit", "main", "scan instruction, paragraph, rule and example texts for reference answers")
+register("estimate", "lme.models.estimate", "main", "expected calls and dollars per design and seed, before any model call")
 
 
 def compose_config(overrides: Sequence[str]) -> DictConfig:
@@ -41,10 +48,15 @@ def compose_config(overrides: Sequence[str]) -> DictConfig:
 
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            return compose(config_name="config", overrides=list(overrides))
+            return compose(config_name="config", overrides=prereg_alias(overrides))
     except (HydraException, OmegaConfBaseException) as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise LmeError(f"config overrides {' '.join(overrides)!r}: {first_line}") from None
+
+
+def prereg_alias(overrides: Sequence[str]) -> list[str]:
+    """`+prereg=FILE` -> `prereg=FILE`: `prereg` is a config key (null), which Hydra refuses to add again."""
+    return [arg[1:] if arg.startswith("+prereg=") else arg for arg in overrides]
 
 
 def split_overrides(argv: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -80,4 +92,4 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     from lme.__main__ import run_hydra
 
-    run_hydra(args)
+    run_hydra(prereg_alias(args))

@@ -3,12 +3,22 @@
 A run is a mapping question id -> correct (a missing or failed answer is
 False). `types` maps question id -> question type; `abstention` is the set of
 abstention question ids.
+
+- per run: `run_measures` (accuracy, per type, task-averaged, abstention);
+- across runs: `across_runs`, `summarise_design` (mean of runs, correct in a
+  majority of runs: 2 of 3);
+- design against design: `paired_difference` (both measures, B - A, with a
+  stratified bootstrap interval: `stratified_bootstrap`, numpy, seeded) and the
+  questions gained and lost;
+- from the journal's outcome rows: `step_table` (per re-read step) and
+  `cost_summary` (calls, tokens, dollars).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
+from typing import Any
 
 from lme.data.records import QUESTION_TYPES
 
@@ -118,4 +128,416 @@ def across_runs(runs: Sequence[Mapping[str, bool]], types: Mapping[str, str]) ->
         majority_accuracy=accuracy(majority, ids),
         mean_per_type={t: _mean([r[t] for r in per_type_runs]) for t in type_names},
         majority_per_type=per_type_accuracy(majority, types),
+    )
+
+
+# --- summaries of one design over its runs ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DesignSummary:
+    """One design over its runs (seeds), on the questions in `types` (missing answers are wrong).
+
+    `mean_*` are means over runs of the per-run measure; `majority_*` are measures of the
+    questions correct in at least `threshold` of the runs (2 of 3). `task_averaged` is the
+    unweighted mean over the question types present (what Mastra's benchmark calls its
+    "overall" accuracy); `accuracy` is the plain share of questions.
+    """
+
+    n_runs: int
+    n_questions: int
+    threshold: int
+    run_correct_counts: tuple[int, ...]
+    run_accuracies: tuple[float, ...]
+    mean_accuracy: float
+    majority_count: int
+    majority_accuracy: float
+    mean_task_averaged: float
+    majority_task_averaged: float
+    n_abstention: int
+    mean_abstention: float  # nan without abstention questions
+    majority_abstention: float
+    type_counts: dict[str, int]
+    mean_per_type: dict[str, float]
+    majority_per_type: dict[str, float]
+
+
+def summarise_design(
+    runs: Sequence[Mapping[str, bool]], types: Mapping[str, str], abstention: Set[str]
+) -> DesignSummary:
+    """Per-run and across-run measures of one design (pure; `runs` map question id -> correct)."""
+    ids = list(types)
+    per_run = [run_measures({q: run.get(q, False) for q in ids}, types, abstention) for run in runs]
+    across = across_runs(runs, types)
+    majority = majority_correct(runs, ids)
+    abstention_ids = [q for q in ids if q in abstention]
+    type_counts = {t: sum(1 for q in ids if types[q] == t) for t in per_type_accuracy(majority, types)}
+    return DesignSummary(
+        n_runs=len(runs),
+        n_questions=len(ids),
+        threshold=across.threshold,
+        run_correct_counts=tuple(m.n_correct for m in per_run),
+        run_accuracies=across.run_accuracies,
+        mean_accuracy=across.mean_accuracy,
+        majority_count=across.majority_count,
+        majority_accuracy=across.majority_accuracy,
+        mean_task_averaged=_mean([m.task_averaged_accuracy for m in per_run]),
+        majority_task_averaged=task_averaged_accuracy(majority, types),
+        n_abstention=len(abstention_ids),
+        mean_abstention=_mean([accuracy(run, abstention_ids) for run in runs]) if abstention_ids else float("nan"),
+        majority_abstention=accuracy(majority, abstention_ids) if abstention_ids else float("nan"),
+        type_counts=type_counts,
+        mean_per_type=across.mean_per_type,
+        majority_per_type=across.majority_per_type,
+    )
+
+
+# --- stratified bootstrap -----------------------------------------------------------------------
+
+DEFAULT_RESAMPLES = 10_000
+DEFAULT_BOOTSTRAP_SEED = 0
+_CHUNK_CELLS = 4_000_000  # resamples x stratum size drawn at once (bounds memory at ~32 MB)
+
+
+def type_order(name: str) -> tuple[int, str]:
+    """Sort key: the canonical question-type order, unknown types after it by name."""
+    return (QUESTION_TYPES.index(name), name) if name in QUESTION_TYPES else (len(QUESTION_TYPES), name)
+
+
+@dataclass(frozen=True)
+class Interval:
+    low: float
+    high: float
+
+    def covers(self, value: float) -> bool:
+        return self.low <= value <= self.high
+
+
+@dataclass(frozen=True)
+class BootstrapIntervals:
+    """Percentile intervals of the mean of each measure, overall and per stratum."""
+
+    n_resamples: int
+    seed: int
+    confidence: float
+    overall: tuple[Interval, ...]  # one per measure
+    per_stratum: dict[str, tuple[Interval, ...]]
+
+
+def stratified_bootstrap(
+    values: Sequence[Sequence[float]],
+    strata: Sequence[str],
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_BOOTSTRAP_SEED,
+    confidence: float = 0.95,
+) -> BootstrapIntervals:
+    """Intervals for the mean of each row of `values` (measures x questions), resampling
+    questions with replacement within each stratum (question type), so every resample keeps
+    the strata sizes. All measures share the same resamples (a paired bootstrap when the
+    values are differences). Strata are drawn in canonical type order from one seeded
+    generator, so the same inputs and seed give the same intervals."""
+    import numpy as np
+
+    data = np.asarray(values, dtype=float)
+    if data.ndim != 2 or data.shape[1] != len(strata):
+        raise ValueError("values must be measures x questions, with one stratum per question")
+    if data.shape[1] == 0:
+        nan = Interval(float("nan"), float("nan"))
+        return BootstrapIntervals(n_resamples, seed, confidence, tuple(nan for _ in data), {})
+    labels = np.asarray(list(strata), dtype=object)
+    rng = np.random.default_rng(seed)
+    total = np.zeros((data.shape[0], n_resamples))
+    tail = (1.0 - confidence) / 2.0
+    quantiles = (tail, 1.0 - tail)
+
+    def intervals(means) -> tuple[Interval, ...]:
+        bounds = np.quantile(means, quantiles, axis=1)  # (2, measures)
+        return tuple(Interval(float(lo), float(hi)) for lo, hi in bounds.T)
+
+    per_stratum: dict[str, tuple[Interval, ...]] = {}
+    for stratum in sorted(set(labels.tolist()), key=type_order):
+        block = data[:, labels == stratum]  # (measures, n)
+        n = block.shape[1]
+        sums = np.empty((data.shape[0], n_resamples))
+        step = max(1, _CHUNK_CELLS // n)
+        for start in range(0, n_resamples, step):
+            stop = min(n_resamples, start + step)
+            picks = rng.integers(0, n, size=(stop - start, n))
+            for row in range(data.shape[0]):
+                sums[row, start:stop] = block[row][picks].sum(axis=1)
+        total += sums
+        per_stratum[stratum] = intervals(sums / n)
+    return BootstrapIntervals(n_resamples, seed, confidence, intervals(total / data.shape[1]), per_stratum)
+
+
+# --- paired comparison of two designs -----------------------------------------------------------
+
+
+def question_means(runs: Sequence[Mapping[str, bool]], question_ids: Sequence[str]) -> dict[str, float]:
+    """Per question: the share of runs that got it right (missing counts as wrong)."""
+    return {q: _mean([1.0 if run.get(q, False) else 0.0 for run in runs]) for q in question_ids}
+
+
+@dataclass(frozen=True)
+class PairedGroup:
+    """B minus A on one group of questions (all, or one type), as shares (x100 for points)."""
+
+    n_questions: int
+    mean_difference: float  # mean of runs: B - A
+    mean_interval: Interval
+    majority_difference: float  # correct in a majority of runs: B - A
+    majority_interval: Interval
+    gained: tuple[str, ...]  # majority-correct under B, not under A
+    lost: tuple[str, ...]  # majority-correct under A, not under B
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    n_resamples: int
+    seed: int
+    confidence: float
+    overall: PairedGroup
+    per_type: dict[str, PairedGroup]
+
+
+def paired_difference(
+    runs_a: Sequence[Mapping[str, bool]],
+    runs_b: Sequence[Mapping[str, bool]],
+    types: Mapping[str, str],
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_BOOTSTRAP_SEED,
+    confidence: float = 0.95,
+) -> PairedComparison:
+    """Design B minus design A on the questions in `types` (both designs' runs on the same
+    questions), on both measures, with stratified-bootstrap intervals (questions resampled
+    within each type; both measures and every type from the same resamples) and the
+    questions gained and lost on the majority measure."""
+    ids = sorted(types)
+    mean_a, mean_b = question_means(runs_a, ids), question_means(runs_b, ids)
+    major_a, major_b = majority_correct(runs_a, ids), majority_correct(runs_b, ids)
+    d_mean = [mean_b[q] - mean_a[q] for q in ids]
+    d_major = [float(major_b[q]) - float(major_a[q]) for q in ids]
+    boot = stratified_bootstrap([d_mean, d_major], [types[q] for q in ids], n_resamples, seed, confidence)
+
+    def group(members: list[int], intervals: tuple[Interval, ...]) -> PairedGroup:
+        chosen = [ids[i] for i in members]
+        return PairedGroup(
+            n_questions=len(chosen),
+            mean_difference=_mean([d_mean[i] for i in members]),
+            mean_interval=intervals[0],
+            majority_difference=_mean([d_major[i] for i in members]),
+            majority_interval=intervals[1],
+            gained=tuple(q for q in chosen if major_b[q] and not major_a[q]),
+            lost=tuple(q for q in chosen if major_a[q] and not major_b[q]),
+        )
+
+    per_type = {
+        t: group([i for i, q in enumerate(ids) if types[q] == t], boot.per_stratum[t]) for t in boot.per_stratum
+    }
+    return PairedComparison(n_resamples, seed, confidence, group(list(range(len(ids))), boot.overall), per_type)
+
+
+def accuracy_intervals(
+    runs: Sequence[Mapping[str, bool]],
+    types: Mapping[str, str],
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_BOOTSTRAP_SEED,
+    confidence: float = 0.95,
+) -> BootstrapIntervals:
+    """Stratified-bootstrap intervals of one design's mean-of-runs and majority accuracy
+    (measure 0 and 1), overall and per type."""
+    ids = sorted(types)
+    means = question_means(runs, ids)
+    majority = majority_correct(runs, ids)
+    return stratified_bootstrap(
+        [[means[q] for q in ids], [float(majority[q]) for q in ids]], [types[q] for q in ids], n_resamples, seed,
+        confidence,
+    )
+
+
+# --- per-step (re-read) table -------------------------------------------------------------------
+# Outcome rows are the journal's dicts. A row's `steps` (when present) lists the first pass and then
+# one entry per configured rule, in order: {"rule", "view", "chosen", "reread", "failed", "answer",
+# "correct", "reader", "judge", ...}; a row without `steps` had one pass and no re-read.
+
+_CALL_FIELDS = ("calls", "cached_calls", "failed_calls", "input_tokens", "output_tokens", "cost_usd", "spent_usd",
+                "unpriced_calls")
+
+
+def row_steps(row: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The row's steps; a row without them is one first pass with the row's answer and verdict."""
+    steps = row.get("steps")
+    if steps:
+        return list(steps)
+    return [{
+        "rule": "first_pass", "view": None, "chosen": True, "reread": False, "failed": False,
+        "answer": row.get("answer"), "correct": row.get("correct"),
+        "reader": row.get("reader") or {}, "judge": row.get("judge") or {},
+    }]
+
+
+def _verdicts_after_steps(steps: Sequence[Mapping[str, Any]], n_steps: int) -> list[bool]:
+    """The verdict after each of `n_steps` steps: a step without a verdict (not chosen, not judged)
+    keeps the one before; an answer that is missing after a step is wrong."""
+    verdicts, current = [], False
+    for index in range(n_steps):
+        if index < len(steps):
+            step = steps[index]
+            if step.get("correct") is not None:
+                current = bool(step["correct"])
+            if "answer" in step and step["answer"] is None:
+                current = False
+        verdicts.append(current)
+    return verdicts
+
+
+@dataclass(frozen=True)
+class StepMeasures:
+    """One step of a design over its runs. Counts of answers are question-runs (summed over runs)."""
+
+    index: int
+    rule: str
+    label: str  # the rule, numbered when it runs more than once ("decline", "decline (2)")
+    view: str | None
+    questions_chosen: int  # distinct questions the rule chose in at least one run
+    chosen: int  # question-runs the rule chose
+    reread: int  # question-runs re-read
+    failed: int  # re-reads that failed (the earlier answer kept)
+    mean_accuracy: float  # mean over runs of the accuracy after this step
+    majority_count: int  # questions correct in a majority of runs after this step
+    majority_accuracy: float
+    fixed: int | None  # question-runs wrong before this step and right after (None for the first pass)
+    broken: int | None  # question-runs right before this step and wrong after
+    reader_calls: int
+    reader_cost_usd: float
+    judge_cost_usd: float
+
+
+def has_rereads(runs: Sequence[Sequence[Mapping[str, Any]]]) -> bool:
+    """Whether any row of any run records a step after the first pass."""
+    return any(len(row_steps(row)) > 1 for rows in runs for row in rows)
+
+
+def step_table(runs: Sequence[Sequence[Mapping[str, Any]]], question_ids: Sequence[str]) -> list[StepMeasures]:
+    """Per step (first pass, then each rule in configured order): questions chosen, answers re-read,
+    mean and majority accuracy after the step, answers fixed and broken, reader calls and cost.
+    A question a run lacks counts as wrong after every step."""
+    from lme.errors import LmeError
+
+    ids = list(question_ids)
+    by_run = [{row["question_id"]: row_steps(row) for row in rows} for rows in runs]
+    n_steps = max((len(steps) for run in by_run for steps in run.values()), default=1)
+    names: list[tuple[str, Any]] = []
+    for index in range(n_steps):
+        owners = [(q, steps[index]) for run in by_run for q, steps in run.items() if index < len(steps)]
+        first_q, first = owners[0]
+        for q, step in owners:
+            if step.get("rule") != first.get("rule"):
+                raise LmeError(
+                    f"question {q}: step {index} is rule {step.get('rule')!r} but question {first_q} has "
+                    f"{first.get('rule')!r} there; the runs of one design must share one rule order."
+                )
+        names.append((str(first.get("rule")), first.get("view")))
+
+    verdicts = [{q: _verdicts_after_steps(run.get(q, []), n_steps) for q in ids} for run in by_run]
+    need = majority_threshold(len(runs))
+    table = []
+    seen: dict[str, int] = {}
+    for index, (rule, view) in enumerate(names):
+        seen[rule] = seen.get(rule, 0) + 1
+        label = rule if seen[rule] == 1 else f"{rule} ({seen[rule]})"
+        present = [(run[q][index], q) for run in by_run for q in ids if q in run and index < len(run[q])]
+        after = [{q: verdict[q][index] for q in ids} for verdict in verdicts]
+        majority = sum(1 for q in ids if sum(run[q] for run in after) >= need)
+        fixed = broken = None
+        if index > 0:
+            fixed = sum(1 for v in verdicts for q in ids if not v[q][index - 1] and v[q][index])
+            broken = sum(1 for v in verdicts for q in ids if v[q][index - 1] and not v[q][index])
+        table.append(StepMeasures(
+            index=index,
+            rule=rule,
+            label=label,
+            view=None if view is None else str(view),
+            questions_chosen=len({q for step, q in present if step.get("chosen", index == 0)}),
+            chosen=sum(1 for step, _ in present if step.get("chosen", index == 0)),
+            reread=sum(1 for step, _ in present if step.get("reread")),
+            failed=sum(1 for step, _ in present if step.get("failed")),
+            mean_accuracy=_mean([accuracy(run, ids) for run in after]),
+            majority_count=majority,
+            majority_accuracy=majority / len(ids) if ids else float("nan"),
+            fixed=fixed,
+            broken=broken,
+            reader_calls=sum(int((step.get("reader") or {}).get("calls", 0)) for step, _ in present),
+            reader_cost_usd=sum(float((step.get("reader") or {}).get("cost_usd", 0.0)) for step, _ in present),
+            judge_cost_usd=sum(float((step.get("judge") or {}).get("cost_usd", 0.0)) for step, _ in present),
+        ))
+    return table
+
+
+# --- cost -----------------------------------------------------------------------------------------
+
+
+def row_call_totals(row: Mapping[str, Any], part: str) -> dict[str, float]:
+    """A row's reader or judge calls, tokens and dollars: summed over its steps when it has steps."""
+    totals = dict.fromkeys(_CALL_FIELDS, 0.0)
+    for step in row_steps(row):
+        stats = step.get(part) or {}
+        for name in _CALL_FIELDS:
+            totals[name] += float(stats.get(name, 0) or 0)
+    return totals
+
+
+@dataclass(frozen=True)
+class CostSummary:
+    """Calls, tokens and dollars of a design over its runs (list prices: `*_cost_usd`; paid in
+    these jobs, cache hits free: `*_spent_usd`)."""
+
+    n_runs: int
+    n_answers: int  # question-runs
+    missing_answers: int
+    reader_calls: int
+    reader_cached_calls: int
+    reader_failed_calls: int
+    reader_input_tokens: int
+    reader_output_tokens: int
+    mean_input_tokens_per_call: float
+    reader_cost_usd: float
+    reader_spent_usd: float
+    reader_cost_per_answer_usd: float
+    judge_calls: int
+    judge_input_tokens: int
+    judge_cost_usd: float
+    judge_spent_usd: float
+    unpriced_calls: int  # calls without a price: the dollar figures are then lower bounds
+
+
+def cost_summary(runs: Sequence[Sequence[Mapping[str, Any]]]) -> CostSummary:
+    rows = [row for run in runs for row in run]
+    reader = [row_call_totals(row, "reader") for row in rows]
+    judge = [row_call_totals(row, "judge") for row in rows]
+
+    def total(parts: list[dict[str, float]], name: str) -> float:
+        return sum(part[name] for part in parts)
+
+    calls = int(total(reader, "calls"))
+    input_tokens = int(total(reader, "input_tokens"))
+    reader_cost = total(reader, "cost_usd")
+    return CostSummary(
+        n_runs=len(runs),
+        n_answers=len(rows),
+        missing_answers=sum(1 for row in rows if row.get("answer") is None),
+        reader_calls=calls,
+        reader_cached_calls=int(total(reader, "cached_calls")),
+        reader_failed_calls=int(total(reader, "failed_calls")),
+        reader_input_tokens=input_tokens,
+        reader_output_tokens=int(total(reader, "output_tokens")),
+        mean_input_tokens_per_call=input_tokens / calls if calls else float("nan"),
+        reader_cost_usd=reader_cost,
+        reader_spent_usd=total(reader, "spent_usd"),
+        reader_cost_per_answer_usd=reader_cost / len(rows) if rows else float("nan"),
+        judge_calls=int(total(judge, "calls")),
+        judge_input_tokens=int(total(judge, "input_tokens")),
+        judge_cost_usd=total(judge, "cost_usd"),
+        judge_spent_usd=total(judge, "spent_usd"),
+        unpriced_calls=int(total(reader, "unpriced_calls") + total(judge, "unpriced_calls")),
     )

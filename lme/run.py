@@ -1,4 +1,17 @@
-"""One job: every selected question through memory, reader and judge.
+"""One job: every selected question through memory, reader, re-read rules and judge.
+
+Per question: the first pass (the first-pass memory and instruction), then each
+rule in configured order (`lme.answer.rules`). A rule that fires re-reads: its
+view's memory (built once per question and view) and its own instruction; a
+re-read's answer replaces the current one, a failed re-read (call error or
+empty answer) keeps it. Every step is recorded in `Outcome.steps`, also a rule
+that did not fire, and the judge rules on the current answer after each step
+(a step that leaves the answer unchanged reuses the verdict, with no call).
+
+A re-read whose request (view memory + instruction) was already sent for this
+question, as the second `decline`, carries `"attempt": n` in its payload, so it
+is a new call and not the cached answer of the first; every reader call is
+keyed by the run's seed.
 
 Questions run concurrently (bounded); each `Outcome` is appended to the job's
 JSONL journal as soon as it completes, so a killed job keeps everything that
@@ -10,17 +23,23 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from lme.answer.reader import Reader, build_reader_messages
+from lme.answer.rules import FIRST_PASS_VIEW, RuleStep
 from lme.data.records import Question
-from lme.judge import Judge
-from lme.memory.base import MemoryBuilder
+from lme.judge import Judge, Verdict, sha256_text
+from lme.memory.base import Memory, MemoryBuilder
 from lme.models.gateway import CallResult, Gateway
+from lme.models.ledger import BudgetExhausted
+
+FIRST_PASS = "first_pass"  # the step name of the first read
 
 
 @dataclass(frozen=True)
@@ -50,29 +69,67 @@ class CallStats:
             unpriced_calls=int(call.ok and call.cost_usd is None),
         )
 
+    def __add__(self, other: CallStats) -> CallStats:
+        return CallStats(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
+
+    @classmethod
+    def total(cls, parts: Iterable[CallStats]) -> CallStats:
+        result = cls()
+        for part in parts:
+            result = result + part
+        return result
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a question: the first pass, or a rule in configured order (also when it did not fire)."""
+
+    rule: str  # "first_pass" or the rule's name
+    view: str  # the memory the step reads: "first_pass" or a view's name
+    instruction_sha256: str
+    chosen: bool  # the trigger matched (always true for the first pass)
+    reread: bool  # a re-read call was made (false for the first pass, which is the read itself)
+    failed: bool  # the step's call failed or gave an empty answer
+    error: str | None
+    step_answer: str | None  # this call's own answer (None: no call, or it failed)
+    answer: str | None  # the current answer after this step
+    correct: bool | None  # the verdict on `answer` after this step; None without a judge
+    reader: CallStats = field(default_factory=CallStats)
+    judge: CallStats = field(default_factory=CallStats)
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Step:
+        return cls(**{**raw, "reader": CallStats(**raw["reader"]), "judge": CallStats(**raw["judge"])})
+
 
 @dataclass(frozen=True)
 class Outcome:
     question_id: str
     question_type: str
     abstention: bool
-    answer: str | None  # None when the reader failed
-    correct: bool
-    reader_error: str | None
+    answer: str | None  # the final answer; None when every read that could give one failed
+    correct: bool  # the verdict on the final answer
+    reader_error: str | None  # why there is no final answer (the first pass's error); None when there is one
     judge_reply: str | None
     judge_note: str
     memory_bytes: int
     memory_turns: int
-    reader: CallStats = field(default_factory=CallStats)
-    judge: CallStats = field(default_factory=CallStats)
+    reader: CallStats = field(default_factory=CallStats)  # summed over the steps
+    judge: CallStats = field(default_factory=CallStats)  # summed over the steps
     seconds: float = 0.0
+    steps: tuple[Step, ...] = ()  # the first pass, then every configured rule in order
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), ensure_ascii=False, sort_keys=True)
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Outcome:
-        return cls(**{**raw, "reader": CallStats(**raw["reader"]), "judge": CallStats(**raw["judge"])})
+        return cls(**{
+            **raw,
+            "reader": CallStats(**raw["reader"]),
+            "judge": CallStats(**raw["judge"]),
+            "steps": tuple(Step.from_dict(step) for step in raw.get("steps") or ()),
+        })
 
 
 class Journal:
@@ -98,6 +155,16 @@ class Journal:
         with self.path.open("a", encoding="utf-8") as handle:
             handle.write(outcome.to_json() + "\n")
             handle.flush()
+            os.fsync(handle.fileno())  # a completed question survives a crash of the machine, not only of lme
+
+
+def answer_of(call: CallResult) -> tuple[str | None, str | None]:
+    """(answer, error) of a reader call: an empty answer is a failure."""
+    if not call.ok:
+        return None, call.error
+    if not (call.text or "").strip():
+        return None, "empty answer"
+    return call.text, None
 
 
 async def answer_question(
@@ -108,29 +175,84 @@ async def answer_question(
     judge: Judge | None,
     gateway: Gateway,
     seed: int,
+    rules: Sequence[RuleStep] = (),
+    views: Mapping[str, MemoryBuilder] | None = None,
 ) -> Outcome:
+    """The first pass, then each rule in order (see the module docstring).
+
+    `views` maps a rule's view name to its memory builder; `builder` is the
+    first-pass memory (view "first_pass").
+    """
     started = time.perf_counter()
-    memory = await asyncio.to_thread(builder.build, question)
-    messages = build_reader_messages(instruction, question, memory, reader.instruction_role)
-    call = await gateway.complete(reader.model, messages, seed=seed)
-    answer = call.text if call.ok else None
-    if answer is not None and not answer.strip():
-        answer = None
-    verdict = await judge.judge(gateway, question, answer) if judge is not None else None
+    builders: dict[str, MemoryBuilder] = {**(views or {}), FIRST_PASS_VIEW: builder}
+    memories: dict[str, Memory] = {}
+    verdicts: dict[str | None, Verdict] = {}
+    sent: Counter[tuple[str, str]] = Counter()
+
+    async def memory_for(view: str) -> Memory:
+        if view not in memories:
+            memories[view] = await asyncio.to_thread(builders[view].build, question)
+        return memories[view]
+
+    async def read(view: str, text: str) -> CallResult:
+        sent[(view, text)] += 1
+        attempt = sent[(view, text)]
+        messages = build_reader_messages(
+            text, question, await memory_for(view), reader.instruction_role,
+            extra={"attempt": attempt} if attempt > 1 else None,
+        )
+        return await gateway.complete(reader.model, messages, seed=seed)
+
+    async def verdict_on(answer: str | None) -> tuple[Verdict | None, CallStats]:
+        """The judge's verdict on `answer`; an answer already judged for this question costs nothing."""
+        if judge is None:
+            return None, CallStats()
+        if answer in verdicts:
+            return verdicts[answer], CallStats()
+        verdict = await judge.judge(gateway, question, answer)
+        verdicts[answer] = verdict
+        return verdict, CallStats.of(verdict.call)
+
+    call = await read(FIRST_PASS_VIEW, instruction)
+    answer, error = answer_of(call)
+    verdict, judge_stats = await verdict_on(answer)
+    steps = [Step(
+        rule=FIRST_PASS, view=FIRST_PASS_VIEW, instruction_sha256=sha256_text(instruction), chosen=True,
+        reread=False, failed=error is not None, error=error, step_answer=answer, answer=answer,
+        correct=verdict.correct if verdict else None, reader=CallStats.of(call), judge=judge_stats,
+    )]
+    first_error = error
+    for step in rules:
+        rule = step.rule
+        chosen = rule.fires(question.question, answer)  # the rule sees the question text and the answer only
+        call, step_answer, error, judge_stats = None, None, None, CallStats()
+        if chosen:
+            call = await read(rule.view, step.instruction)
+            step_answer, error = answer_of(call)
+            if step_answer is not None:
+                answer = step_answer
+                verdict, judge_stats = await verdict_on(answer)
+        steps.append(Step(
+            rule=rule.name, view=rule.view, instruction_sha256=sha256_text(step.instruction), chosen=chosen,
+            reread=call is not None, failed=error is not None, error=error, step_answer=step_answer, answer=answer,
+            correct=verdict.correct if verdict else None, reader=CallStats.of(call), judge=judge_stats,
+        ))
+    first_memory = memories[FIRST_PASS_VIEW]
     return Outcome(
         question_id=question.question_id,
         question_type=question.question_type,
         abstention=question.is_abstention,
         answer=answer,
         correct=bool(verdict and verdict.correct),
-        reader_error=call.error if not call.ok else (None if answer is not None else "empty answer"),
+        reader_error=first_error if answer is None else None,
         judge_reply=verdict.reply if verdict else None,
         judge_note=verdict.note if verdict else "not judged",
-        memory_bytes=memory.n_bytes,
-        memory_turns=len(memory.turn_ids),
-        reader=CallStats.of(call),
-        judge=CallStats.of(verdict.call if verdict else None),
+        memory_bytes=first_memory.n_bytes,
+        memory_turns=len(first_memory.turn_ids),
+        reader=CallStats.total(s.reader for s in steps),
+        judge=CallStats.total(s.judge for s in steps),
         seconds=round(time.perf_counter() - started, 4),
+        steps=tuple(steps),
     )
 
 
@@ -145,8 +267,12 @@ async def run_questions(
     journal: Journal,
     concurrency: int = 8,
     on_outcome: Callable[[Outcome, int], None] | None = None,
+    rules: Sequence[RuleStep] = (),
+    views: Mapping[str, MemoryBuilder] | None = None,
 ) -> list[Outcome]:
     """Answer every question not yet in the journal; return all outcomes in question order.
+
+    `rules` (in order) and `views` are the re-reads (see `answer_question`).
 
     `questions` may be a lazy stream (LongMemEval-M): at most `concurrency`
     questions are held at once, so memory grows with that, not with the file.
@@ -166,7 +292,7 @@ async def run_questions(
 
     async def one(question: Question) -> None:
         nonlocal finished
-        outcome = await answer_question(question, builder, reader, instruction, judge, gateway, seed)
+        outcome = await answer_question(question, builder, reader, instruction, judge, gateway, seed, rules, views)
         journal.append(outcome)
         done[outcome.question_id] = outcome
         finished += 1
@@ -189,9 +315,10 @@ async def run_questions(
         await asyncio.gather(*running)
         if errors:
             raise errors[0]
-    except BaseException:
-        for task in running:
-            task.cancel()
+    except BaseException as exc:
+        if not isinstance(exc, BudgetExhausted):  # at a cap, calls in flight hold reservations: let them finish
+            for task in running:
+                task.cancel()
         await asyncio.gather(*running, return_exceptions=True)
         raise
     return [done[question_id] for question_id in order]

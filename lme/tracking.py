@@ -12,6 +12,7 @@ import atexit
 import hashlib
 import json
 import os
+import re
 import tempfile
 import time
 from collections import defaultdict
@@ -24,6 +25,8 @@ PARENT_ENV = "LME_PARENT_RUN_ID"
 OUTCOMES_ARTIFACT = "outcomes.jsonl"
 _SECRET_NAMES = {"api_key", "key", "token", "secret", "password", "authorization"}
 _MAX_PARAM_CHARS = 500
+# Values shaped like provider keys and tokens: OpenAI/Anthropic `sk-`, bearer tokens, Hugging Face, AWS, GitHub, Slack, Google.
+_KEY_LIKE = re.compile(r"(?:sk-|Bearer\s|hf_[A-Za-z0-9]{8}|AKIA[0-9A-Z]{12}|gh[pousr]_[A-Za-z0-9]{8}|xox[abprs]-|AIza[0-9A-Za-z_-]{20})")
 
 
 @dataclass(frozen=True)
@@ -46,12 +49,31 @@ def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+def looks_like_a_key(value: Any) -> bool:
+    """Whether a config value looks like an API key or token (`sk-...`, `Bearer ...`, `hf_...`, `AKIA...`)."""
+    if isinstance(value, (list, tuple)):
+        return any(looks_like_a_key(item) for item in value)
+    if isinstance(value, Mapping):
+        return any(looks_like_a_key(item) for item in value.values())
+    return isinstance(value, str) and _KEY_LIKE.match(value.strip()) is not None
+
+
 def params_from_config(config: Mapping[str, Any]) -> dict[str, str]:
-    """MLflow params: secrets dropped, long texts replaced by their SHA-256 (the text is an artifact)."""
+    """MLflow params: secrets dropped, long texts replaced by their SHA-256 (the text is an artifact).
+
+    A value that looks like an API key under any other name is refused (`LmeError`): keys belong in
+    the environment, named by a model's `api_key_env`."""
+    from lme.errors import LmeError
+
     params = {}
     for name, value in flatten(config).items():
         if name.rsplit(".", 1)[-1].lower() in _SECRET_NAMES:
             continue
+        if looks_like_a_key(value):
+            raise LmeError(
+                f"config value {name} looks like an API key; keys are never logged: put the key in an "
+                "environment variable and name that variable in the model's api_key_env."
+            )
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
         if len(text) > _MAX_PARAM_CHARS:
             text = "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -221,6 +243,10 @@ class MultirunParent(_HydraCallback):
             self.parent.log_metrics(metrics)
             self.parent.log_text(json.dumps({"metrics": metrics, **summary}, indent=2, sort_keys=True), "across_runs.json")
             if metrics.get("n_failed_runs"):
+                status = "FAILED"
+            from lme.app import after_multirun  # the parent's own stages: steps.json, the arbiter
+
+            if not after_multirun(config, self.parent, self.settings):
                 status = "FAILED"
         finally:
             self.parent.finish(status)

@@ -144,3 +144,17 @@ def test_an_unexpected_error_in_one_question_stops_the_job_and_keeps_what_finish
     with pytest.raises(RuntimeError, match="boom"):
         asyncio.run(run_questions(questions, Exploding(), reader, "A.", judge, Gateway(cache), 1, journal, concurrency=1))
     assert [o.question_id for o in journal.read()] == [q.question_id for q in questions[:3]]
+
+
+def test_without_rules_each_outcome_records_its_first_pass_as_the_only_step(parts, tmp_path):
+    from lme.judge import sha256_text
+
+    outcomes, _ = _run(parts, Journal(tmp_path / "outcomes.jsonl"))
+    for outcome in outcomes:
+        (step,) = outcome.steps
+        assert (step.rule, step.view, step.chosen, step.reread, step.failed) == ("first_pass", "first_pass", True, False, False)
+        assert step.instruction_sha256 == sha256_text("Answer briefly.")
+        assert step.step_answer == step.answer == outcome.answer and step.correct == outcome.correct
+        assert step.reader == outcome.reader and step.judge == outcome.judge
+    rows = [json.loads(line) for line in (tmp_path / "outcomes.jsonl").read_text().splitlines()]
+    assert all(row["steps"][0]["rule"] == "first_pass" and row["steps"][0]["error"] is None for row in rows)

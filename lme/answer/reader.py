@@ -24,24 +24,34 @@ def compose_instruction(base: str, paragraphs: Mapping[str, str], names: Sequenc
     return " ".join(part for part in parts if part)
 
 
-def reader_payload(question: Question, memory: Memory) -> str:
-    """The user message: one JSON object. Only neutral ids reach it."""
-    return json.dumps(
-        {
-            "question": question.question,
-            "question_date": format_moment(question.question_date),
-            "memory": memory.text,
-        },
-        ensure_ascii=False,
-    )
+def reader_payload(question: Question, memory: Memory, extra: Mapping[str, Any] | None = None) -> str:
+    """The user message: one JSON object. Only neutral ids reach it.
+
+    `extra` adds keys after the memory: `attempt` (2, 3, ...) when a re-read repeats a request
+    already made for this question, so it is a new call rather than the cached one; the
+    arbiter's `earlier_answers`."""
+    payload: dict[str, Any] = {
+        "question": question.question,
+        "question_date": format_moment(question.question_date),
+        "memory": memory.text,
+    }
+    for key, value in (extra or {}).items():
+        if key in payload:
+            raise ValueError(f"reader payload key {key!r} is reserved")
+        payload[key] = value
+    return json.dumps(payload, ensure_ascii=False)
 
 
 def build_reader_messages(
-    instruction: str, question: Question, memory: Memory, instruction_role: str = "system"
+    instruction: str,
+    question: Question,
+    memory: Memory,
+    instruction_role: str = "system",
+    extra: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     return [
         {"role": instruction_role, "content": instruction},
-        {"role": "user", "content": reader_payload(question, memory)},
+        {"role": "user", "content": reader_payload(question, memory, extra)},
     ]
 
 

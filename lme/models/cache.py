@@ -3,6 +3,9 @@
 Keys are SHA-256 digests of the canonical request: model, messages, parameters
 and the seed the caller asks to key on (a run's seed for reader calls, none for
 the deterministic judge). API keys and endpoints are not part of a request.
+
+Every `put` is one SQLite transaction (autocommit, WAL, synchronous=FULL): a
+process killed mid-write leaves the entry either whole or absent, never half.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ class CallCache:
         self._conn = sqlite3.connect(self.path, timeout=60, check_same_thread=False, isolation_level=None)
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA busy_timeout=60000")
+        self._conn.execute("PRAGMA synchronous=FULL")  # each put is its own transaction, on disk when it returns
         self._conn.execute(_SCHEMA)
 
     def get(self, key: str) -> dict[str, Any] | None:

@@ -1,10 +1,16 @@
 """Every model call goes through `Gateway.complete`.
 
-It looks the request up in the call cache, limits concurrency per model,
-retries transient failures with exponential backoff and jitter (honouring
-`Retry-After`), bounds the attempts and the time per call, and accounts tokens
-and dollars per call. A call that still fails is returned as a failed
-`CallResult` (never raised, never cached) so the caller records it.
+It looks the request up in the call cache, limits concurrency per model (and,
+optionally, requests and tokens per minute), reserves the call's maximum cost in
+the spending ledger within the caps (`lme.models.ledger`; `BudgetExhausted` when
+the caps leave no room), retries transient failures with exponential backoff
+and jitter (honouring `Retry-After`), bounds the attempts and the time per call,
+and accounts tokens and dollars per call. A call that still fails is returned
+as a failed `CallResult` (never raised, never cached) so the caller records it.
+
+Order of writes for a paid call: the response goes into the call cache, then the
+ledger's reservation is settled; a process killed between the two leaves a
+reservation that the next gateway on the ledger settles from the cache.
 
 litellm is imported lazily: it takes seconds to import.
 """
@@ -14,12 +20,17 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from lme.models.cache import CallCache, call_key
 from lme.errors import LmeError
+from lme.models.cache import CallCache, call_key
+from lme.models.limits import RateLimits
 from lme.models.offline import OFFLINE_MODELS, OFFLINE_PROVIDER, register_offline_providers
+
+if TYPE_CHECKING:
+    from lme.models.ledger import Budget, Ledger, Reservation
 
 _RETRYABLE = (
     "RateLimitError",
@@ -48,12 +59,18 @@ class ModelSpec:
     retry_after_max_s: float = 300.0  # a provider's Retry-After is honoured up to this
     input_cost_per_token: float | None = None  # overrides litellm's cost map when set
     output_cost_per_token: float | None = None
+    requests_per_minute: float | None = None  # optional client-side limits per model (None: none)
+    tokens_per_minute: float | None = None  # input tokens (counted) + maximum output tokens per request
 
     def __post_init__(self) -> None:
         if self.is_offline and self.model not in OFFLINE_MODELS:
             raise LmeError(f"model {self.model!r} is not an offline model (known: {', '.join(OFFLINE_MODELS)}).")
         if self.concurrency < 1 or self.max_attempts < 1 or self.timeout_s <= 0:
             raise LmeError(f"model {self.model}: concurrency and max_attempts must be >= 1 and timeout_s > 0.")
+        for name in ("requests_per_minute", "tokens_per_minute"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise LmeError(f"model {self.model}: {name} must be > 0 or null, got {value}.")
 
     @property
     def is_offline(self) -> bool:
@@ -73,6 +90,7 @@ class CallResult:
     output_tokens: int = 0
     reasoning_tokens: int = 0
     cost_usd: float | None = 0.0  # None when the price is unknown
+    refusal: str | None = None  # the model's refusal message, when it refused (text is then "")
 
     @property
     def ok(self) -> bool:
@@ -151,21 +169,47 @@ def _retry_after(exc: BaseException) -> float | None:
 
 
 class Gateway:
-    """The single place where model calls happen."""
+    """The single place where model calls happen.
 
-    def __init__(self, cache: CallCache | None = None, rng: random.Random | None = None) -> None:
+    `ledger` (optional) records every paid call and, with `budget`, enforces the caps: a call's
+    maximum cost is reserved before it is sent and settled after. Building a gateway on a ledger
+    first closes the reservations that dead processes left (see `Ledger.recover`).
+    """
+
+    def __init__(
+        self,
+        cache: CallCache | None = None,
+        rng: random.Random | None = None,
+        ledger: Ledger | None = None,
+        budget: Budget | None = None,
+    ) -> None:
         self.cache = cache
+        self.ledger = ledger
+        self.budget = budget
         self._rng = rng or random.Random()
-        self._semaphores: dict[str, asyncio.Semaphore] = {}
+        self._semaphores: dict[tuple[int, str], asyncio.Semaphore] = {}
+        self._limits: dict[str, RateLimits] = {}
         self._inflight: dict[str, asyncio.Future[CallResult]] = {}
+        self._settled: dict[int, asyncio.Event] = {}  # per event loop: pulsed when a reservation closes
         self.calls_made = 0
         self.calls_cached = 0
         self.calls_failed = 0
+        self.recovered = None
+        if ledger is not None:
+            self.recovered = ledger.recover(cache.get if cache is not None else None)
 
     def _semaphore(self, spec: ModelSpec) -> asyncio.Semaphore:
-        if spec.model not in self._semaphores:
-            self._semaphores[spec.model] = asyncio.Semaphore(max(1, spec.concurrency))
-        return self._semaphores[spec.model]
+        slot = (id(asyncio.get_running_loop()), spec.model)
+        if slot not in self._semaphores:
+            self._semaphores[slot] = asyncio.Semaphore(max(1, spec.concurrency))
+        return self._semaphores[slot]
+
+    def _rate_limits(self, spec: ModelSpec) -> RateLimits | None:
+        if spec.requests_per_minute is None and spec.tokens_per_minute is None:
+            return None
+        if spec.model not in self._limits:
+            self._limits[spec.model] = RateLimits(spec.requests_per_minute, spec.tokens_per_minute)
+        return self._limits[spec.model]
 
     async def complete(self, spec: ModelSpec, messages: list[dict[str, Any]], seed: int | None) -> CallResult:
         """One chat completion; identical concurrent requests share one call."""
@@ -193,6 +237,43 @@ class Gateway:
         finally:
             del self._inflight[key]
 
+    async def _reserve(self, spec: ModelSpec, key: str, dollars: float) -> Reservation | dict[str, Any]:
+        """Reserve within the caps, waiting while calls in flight may still free room, or while another
+        process makes this same call (then its cached response is returned instead)."""
+        assert self.ledger is not None
+        delay, next_recovery = 0.01, time.monotonic() + 5.0
+        waited = False
+        while True:
+            # synchronous on purpose: a task cancelled here must not leave a reservation behind
+            reservation = self.ledger.reserve(spec.model, key, dollars, self.budget)
+            stored = self.cache.get(key) if waited and self.cache is not None else None
+            if stored is not None:  # answered by another process while we waited
+                if reservation is not None:
+                    self.ledger.cancel(reservation)
+                return stored
+            if reservation is not None:
+                return reservation
+            waited = True
+            try:  # woken by a settle in this process, or polling for other processes
+                await asyncio.wait_for(self._settle_event().wait(), timeout=delay)
+            except asyncio.TimeoutError:
+                delay = min(0.25, delay * 2)
+            if time.monotonic() > next_recovery:  # a dead process's reservation would block us for ever
+                cache_get = self.cache.get if self.cache is not None else None
+                await asyncio.to_thread(self.ledger.recover, cache_get)
+                next_recovery = time.monotonic() + 5.0
+
+    def _settle_event(self) -> asyncio.Event:
+        loop = id(asyncio.get_running_loop())
+        if loop not in self._settled:
+            self._settled[loop] = asyncio.Event()
+        return self._settled[loop]
+
+    def _pulse_settled(self) -> None:
+        event = self._settle_event()
+        self._settled[id(asyncio.get_running_loop())] = asyncio.Event()
+        event.set()
+
     async def _call(self, spec: ModelSpec, messages: list[dict[str, Any]], key: str, seed: int | None) -> CallResult:
         litellm = _import_litellm()
         if spec.is_offline:
@@ -206,38 +287,82 @@ class Gateway:
                 kwargs["api_key"] = api_key
         last_error = "no attempt made"
         attempts = 0
+        limits = self._rate_limits(spec)
+        paid = self.ledger is not None and not spec.is_offline
         async with self._semaphore(spec):
-            for attempt in range(1, max(1, spec.max_attempts) + 1):
-                attempts = attempt
-                try:
-                    response = await asyncio.wait_for(
-                        litellm.acompletion(
-                            model=spec.model, messages=messages, timeout=spec.timeout_s, num_retries=0, **kwargs
-                        ),
-                        timeout=spec.timeout_s + 5,
-                    )
-                except Exception as exc:
-                    name = type(exc).__name__
-                    last_error = f"{name}: {_redact(str(exc), kwargs.get('api_key'))}"[:500]
-                    retryable = name in _RETRYABLE or isinstance(exc, asyncio.TimeoutError)
-                    if not retryable or attempt == spec.max_attempts:
-                        break
-                    delay = _retry_after(exc)
-                    if delay is not None:
-                        delay = min(delay, spec.retry_after_max_s)
-                    else:
-                        delay = min(spec.backoff_max_s, spec.backoff_base_s * 2 ** (attempt - 1))
-                        delay *= 0.5 + self._rng.random()  # jitter
-                    await asyncio.sleep(delay)
-                    continue
-                text = response.choices[0].message.content
-                usage = _usage_numbers(getattr(response, "usage", None))
-                stored = {"text": text if text is not None else "", "attempts": attempt, **usage}
-                stored["cost_usd"] = _price(spec, response, usage)
-                if self.cache is not None:
-                    self.cache.put(key, spec.model, stored)
-                self.calls_made += 1
-                return CallResult(model=spec.model, key=key, **stored)
+            request_tokens = 0
+            reserve_dollars = 0.0
+            if paid or (limits is not None and limits.counts_tokens):
+                from lme.models.pricing import max_call_cost, require_bound
+
+                bound = await asyncio.to_thread(max_call_cost, spec, messages)
+                request_tokens = bound.input_tokens + bound.output_tokens
+                if paid:
+                    caps_dollars = self.budget is not None and self.budget.caps_dollars
+                    reserve_dollars = require_bound(spec, bound) if caps_dollars else (bound.dollars or 0.0)
+            reservation = await self._reserve(spec, key, reserve_dollars) if paid else None
+            if isinstance(reservation, dict):  # another process made this call meanwhile
+                self.calls_cached += 1
+                return CallResult(model=spec.model, key=key, cached=True, **reservation)
+            in_flight = False  # a request is out and unanswered (if cancelled now, it may still be billed)
+            try:
+                for attempt in range(1, max(1, spec.max_attempts) + 1):
+                    attempts = attempt
+                    if limits is not None:
+                        await limits.acquire(request_tokens)
+                    try:
+                        in_flight = True
+                        response = await asyncio.wait_for(
+                            litellm.acompletion(
+                                model=spec.model, messages=messages, timeout=spec.timeout_s, num_retries=0, **kwargs
+                            ),
+                            timeout=spec.timeout_s + 5,
+                        )
+                        in_flight = False
+                    except Exception as exc:
+                        in_flight = False
+                        name = type(exc).__name__
+                        last_error = f"{name}: {_redact(str(exc), kwargs.get('api_key'))}"[:500]
+                        retryable = name in _RETRYABLE or isinstance(exc, asyncio.TimeoutError)
+                        if not retryable or attempt == spec.max_attempts:
+                            break
+                        delay = _retry_after(exc)
+                        if delay is not None:
+                            delay = min(delay, spec.retry_after_max_s)
+                        else:
+                            delay = min(spec.backoff_max_s, spec.backoff_base_s * 2 ** (attempt - 1))
+                            delay *= 0.5 + self._rng.random()  # jitter
+                        await asyncio.sleep(delay)
+                        continue
+                    message = response.choices[0].message
+                    text = message.content
+                    usage = _usage_numbers(getattr(response, "usage", None))
+                    stored: dict[str, Any] = {"text": text if text is not None else "", "attempts": attempt, **usage}
+                    stored["cost_usd"] = _price(spec, response, usage)
+                    refusal = getattr(message, "refusal", None)
+                    if refusal and not text:
+                        stored["refusal"] = str(refusal)
+                    if self.cache is not None:
+                        self.cache.put(key, spec.model, stored)
+                    if reservation is not None:
+                        done, reservation = reservation, None
+                        assert self.ledger is not None
+                        await asyncio.to_thread(self.ledger.settle, done, usage, stored["cost_usd"], attempt)
+                        self._pulse_settled()
+                    self.calls_made += 1
+                    return CallResult(model=spec.model, key=key, **stored)
+            except BaseException:
+                if reservation is not None and self.ledger is not None:
+                    if in_flight:  # cancelled mid-request: it may have been billed
+                        self.ledger.release(reservation, "interrupted", attempts)
+                    else:  # cancelled between attempts: nothing is out
+                        self.ledger.cancel(reservation)
+                    reservation = None
+                    self._pulse_settled()
+                raise
+            if reservation is not None and self.ledger is not None:
+                await asyncio.to_thread(self.ledger.release, reservation, "failed", attempts)
+                self._pulse_settled()
         self.calls_failed += 1
         return CallResult(model=spec.model, key=key, text=None, error=last_error, attempts=attempts)
 

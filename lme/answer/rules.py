@@ -1,0 +1,182 @@
+"""Re-read rules: a trigger over the question text or the current answer, a memory view, paragraphs.
+
+A rule is configuration (`rules.definitions.NAME` in the `rules` config group):
+
+    "on": question | answer    what the trigger reads (quote the key: YAML reads a bare on as true)
+    patterns: [regex, ...]     the rule fires when any pattern matches ...
+    exclude: [regex, ...]      ... and no exclusion matches
+    view: first_pass | whole_sessions   the memory the re-read gets
+    paragraphs: [name, ...]    the re-read's instruction: base + these paragraphs
+
+`rules.order` lists rule names in the order they run; a name may repeat (the
+reference pipeline runs `decline` twice).
+
+Matching (`Rule.fires`), case-insensitive, over text whose apostrophes (’ ‘ ʼ ` ´)
+are folded to ' and whose runs of white space are folded to one space:
+
+- a question rule wraps each pattern (and exclusion) in `\\b(?:...)\\b`, so it
+  matches whole words only: `suggest` does not fire on "you suggested";
+- an answer rule matches anywhere in the answer; a missing answer never fires.
+
+The engine is given nothing but the question text and the current answer: it
+cannot see the question type or the reference answer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from lme.errors import LmeError
+
+ON_VALUES: tuple[str, ...] = ("question", "answer")
+FIRST_PASS_VIEW = "first_pass"  # the view that is the first pass's own memory
+RESERVED_NAMES = frozenset({"first_pass", "arbiter"})  # step names lme gives the first read and the arbiter
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
+RULE_KEYS = frozenset({"on", "patterns", "exclude", "view", "paragraphs"})
+_APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "`": "'", "\u00b4": "'"})
+_SPACE = re.compile(r"\s+")
+
+
+def fold(text: str) -> str:
+    """The text rules match against: apostrophes folded to ', white space runs to one space."""
+    return _SPACE.sub(" ", text.translate(_APOSTROPHES))
+
+
+def _compile(patterns: Sequence[str], whole_words: bool, where: str) -> tuple[re.Pattern[str], ...]:
+    compiled = []
+    for index, pattern in enumerate(patterns):
+        source = fold(pattern)
+        if whole_words:
+            source = rf"\b(?:{source})\b"
+        try:
+            compiled.append(re.compile(source, re.IGNORECASE))
+        except re.error as exc:
+            raise LmeError(f"{where}[{index}]: {pattern!r} is not a valid regular expression ({exc}).") from None
+    return tuple(compiled)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One re-read rule (see the module docstring)."""
+
+    name: str
+    on: str
+    patterns: tuple[str, ...]
+    exclude: tuple[str, ...] = ()
+    view: str = FIRST_PASS_VIEW
+    paragraphs: tuple[str, ...] = ()
+    _match: tuple[re.Pattern[str], ...] = field(default=(), init=False, repr=False, compare=False)
+    _skip: tuple[re.Pattern[str], ...] = field(default=(), init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        where = f"rules.definitions.{self.name}"
+        if self.on not in ON_VALUES:
+            raise LmeError(f"{where}.on: {self.on!r} is not one of {', '.join(ON_VALUES)}.")
+        if not self.patterns:
+            raise LmeError(f"{where}.patterns: a rule needs at least one pattern.")
+        whole_words = self.on == "question"
+        object.__setattr__(self, "_match", _compile(self.patterns, whole_words, f"{where}.patterns"))
+        object.__setattr__(self, "_skip", _compile(self.exclude, whole_words, f"{where}.exclude"))
+
+    def fires(self, question: str, answer: str | None) -> bool:
+        """Whether the rule is chosen, given only the question text and the current answer."""
+        text = question if self.on == "question" else answer
+        if text is None:
+            return False
+        folded = fold(text)
+        return any(p.search(folded) for p in self._match) and not any(p.search(folded) for p in self._skip)
+
+
+@dataclass(frozen=True)
+class RuleStep:
+    """A rule in the configured order, with its composed instruction."""
+
+    rule: Rule
+    instruction: str
+
+
+def _strings(value: Any, where: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise LmeError(f"{where}: expected a list of strings, found {type(value).__name__}.")
+    for index, item in enumerate(value):
+        if not isinstance(item, str) or not item:
+            raise LmeError(f"{where}[{index}]: expected a non-empty string, found {item!r}.")
+    return tuple(value)
+
+
+def parse_rule(name: str, definition: Any, paragraphs: Collection[str], views: Collection[str]) -> Rule:
+    """One `rules.definitions.NAME` node -> a `Rule`, checked against the defined paragraphs and views."""
+    where = f"rules.definitions.{name}"
+    if not _NAME.match(name) or name in RESERVED_NAMES:
+        raise LmeError(
+            f"{where}: a rule name is a letter then letters, digits or _, and not "
+            f"{' or '.join(sorted(RESERVED_NAMES))}."
+        )
+    if not isinstance(definition, Mapping):
+        raise LmeError(f"{where}: expected a mapping with keys {', '.join(sorted(RULE_KEYS))}.")
+    if True in definition and "on" not in definition:  # YAML 1.1 reads an unquoted `on:` key as true
+        definition = {("on" if key is True else key): value for key, value in definition.items()}
+    unknown = sorted(set(definition) - RULE_KEYS)
+    if unknown:
+        raise LmeError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(RULE_KEYS))}).")
+    view = definition.get("view", FIRST_PASS_VIEW)
+    if view not in views:
+        raise LmeError(f"{where}.view: {view!r} is not a view (known: {', '.join(views)}).")
+    names = _strings(definition.get("paragraphs"), f"{where}.paragraphs")
+    for index, paragraph in enumerate(names):
+        if paragraph not in paragraphs:
+            raise LmeError(
+                f"{where}.paragraphs[{index}]: {paragraph!r} is not defined in instructions.paragraphs."
+            )
+    return Rule(
+        name=name,
+        on=str(definition.get("on", "")),
+        patterns=_strings(definition.get("patterns"), f"{where}.patterns"),
+        exclude=_strings(definition.get("exclude"), f"{where}.exclude"),
+        view=str(view),
+        paragraphs=names,
+    )
+
+
+def parse_rules(
+    rules: Mapping[str, Any] | None, paragraphs: Collection[str], views: Collection[str]
+) -> tuple[Rule, ...]:
+    """The `rules` node -> the rules in `order` (a name may repeat); every definition is checked,
+    including those `order` does not use."""
+    if not rules:
+        return ()
+    order = _strings(rules.get("order"), "rules.order")
+    definitions = rules.get("definitions") or {}
+    if not isinstance(definitions, Mapping):
+        raise LmeError("rules.definitions: expected a mapping from rule name to rule.")
+    parsed = {name: parse_rule(str(name), node, paragraphs, views) for name, node in definitions.items()}
+    for index, name in enumerate(order):
+        if name not in parsed:
+            raise LmeError(
+                f"rules.order[{index}]: rule {name!r} is not defined in rules.definitions "
+                f"(defined: {', '.join(parsed) or 'none'})."
+            )
+    return tuple(parsed[name] for name in order)
+
+
+def unique_rules(rules: Sequence[Rule]) -> list[Rule]:
+    """Each rule once, in first-use order."""
+    seen: dict[str, Rule] = {}
+    for rule in rules:
+        seen.setdefault(rule.name, rule)
+    return list(seen.values())
+
+
+def select_by_question(rules: Sequence[Rule], questions: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
+    """For each question-text rule (once, in order): the ids of the `(question_id, question_text)`
+    pairs it fires on. Answer rules need an answer, so they are left out."""
+    return {
+        rule.name: [qid for qid, text in questions if rule.fires(text, None)]
+        for rule in unique_rules(rules)
+        if rule.on == "question"
+    }

