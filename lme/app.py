@@ -63,12 +63,42 @@ def load_dataset(cfg: DictConfig) -> tuple[Path, list]:
         **{key: cfg.get(key) for key in ("split", "question_ids", "question_types", "limit")},
         split_missing=cfg.get("split_missing", "error"),
     )
-    selected = select_questions(load_questions(path), selection, path)
+    if cfg.dataset.get("stream"):
+        from lme.data.stream import scan_index
+
+        # select on a cheap index pass (ids and types only); histories are read one at a time later
+        selected = select_questions(scan_index(path), selection, path)
+    else:
+        selected = select_questions(load_questions(path), selection, path)
     if selected.skipped:
         print(f"lme: warning: {selected.skipped_note(path)}", file=sys.stderr, flush=True)
     if not selected.questions:
         raise LmeError(f"dataset {cfg.dataset.name}: {path} selects no question ({selection.describe()}).")
+    if cfg.dataset.get("stream"):
+        return path, StreamedQuestions(path, tuple(q.question_id for q in selected.questions))
     return path, list(selected.questions)
+
+
+class StreamedQuestions:
+    """The selected questions of a large file (LongMemEval-M), parsed one at a time when iterated,
+    in file order; `ids` and `len()` need no parsing."""
+
+    def __init__(self, path: Path, ids: tuple[str, ...]) -> None:
+        self.path = path
+        self.ids = ids
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __iter__(self):
+        from lme.data.stream import iter_questions
+
+        return iter_questions(self.path, self.ids)
+
+
+def question_ids_of(questions) -> list[str]:
+    """The selected ids, without parsing a streamed file."""
+    return list(questions.ids) if isinstance(questions, StreamedQuestions) else [q.question_id for q in questions]
 
 
 def known_views(cfg: DictConfig) -> list[str]:
@@ -218,7 +248,7 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
         tracker.log_text(OmegaConf.to_yaml(container), "config.yaml")
         for name, text in instruction_texts.items():
             tracker.log_text(text + "\n", f"instructions/{name}.txt")
-        tracker.log_text("".join(f"{q.question_id}\n" for q in questions), "question_ids.txt")
+        tracker.log_text("".join(f"{qid}\n" for qid in question_ids_of(questions)), "question_ids.txt")
 
     def progress(outcome: Outcome, done: int) -> None:
         mark = "correct" if outcome.correct else "wrong"

@@ -57,11 +57,13 @@ RUN_ONLY_PATHS: tuple[str, ...] = (
     "budget",  # spending caps and the ledger: how far a run may go, not what it measures
     "dataset.path",  # the file's SHA-256 and the selected ids are recorded instead
     "judge.templates_path",  # the templates' digests are recorded instead
+    "dataset.stream",  # how the file is read, not what is in it
 )
 # Key names that are run-only wherever they occur (model, retriever and view settings):
 RUN_ONLY_LEAVES: frozenset[str] = frozenset(
     {"concurrency", "timeout_s", "max_attempts", "api_key_env", "cache_path", "index_dir", "device",
-     "batch_size", "progress"}
+     "batch_size", "progress", "requests_per_minute", "tokens_per_minute", "backoff_base_s", "backoff_max_s",
+     "retry_after_max_s"}
 )
 PACKAGES: tuple[str, ...] = ("lme", "litellm", "mlflow", "hydra-core", "sentence-transformers")
 # Differences under these keys are reported but do not stop a run.
