@@ -11,7 +11,6 @@ import re
 import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -19,9 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from lme.data.dates import LME_DATE_FORMAT
-from lme.data.load import load_questions, parse_question
-from lme.data.records import Question
+from lme.data.load import load_questions
 from lme.errors import LmeError
 from lme.retrieval.base import Ranking, Retriever
 from lme.retrieval.dense import (
@@ -35,27 +32,13 @@ from lme.retrieval.dense import (
     top_by_cosine,
 )
 from lme.retrieval.embedding_cache import CacheCounters, embedding_key
+from histories import make_question
 
 DATA_DIR = Path(__file__).resolve().parents[3] / "shared/data/longmemeval"
 MINI = DATA_DIR / "longmemeval_s_cleaned_mini.json.xz"
-FIRST_DAY = datetime(2023, 6, 1, 9, 0)
 MINILM_ID = PACKAGED_MODELS["minilm-packaged"].model_id
 
 
-def make_question(question: str, sessions: list[list[tuple[str, str]]]) -> Question:
-    """A question whose history holds `sessions` (lists of (role, content)), one day apart."""
-    record = {
-        "question_id": "q1",
-        "question_type": "single-session-user",
-        "question": question,
-        "answer": "x",
-        "question_date": "2023/06/30 (Fri) 10:00",
-        "haystack_dates": [(FIRST_DAY + timedelta(days=day)).strftime(LME_DATE_FORMAT) for day in range(len(sessions))],
-        "haystack_session_ids": [f"orig_{index}" for index in range(len(sessions))],
-        "haystack_sessions": [[{"role": role, "content": content} for role, content in turns] for turns in sessions],
-        "answer_session_ids": [],
-    }
-    return parse_question(record, Path("synthetic.json"), 0)
 
 
 HISTORY = [

@@ -3,37 +3,20 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from lme.data.dates import LME_DATE_FORMAT
-from lme.data.load import load_questions, parse_question
-from lme.data.records import Question
+from lme.data.load import load_questions
 from lme.errors import LmeError
 from lme.retrieval.base import Ranking, Retriever
 from lme.retrieval.fts5 import FTS5Retriever, build_index, match_expression, query_tokens, search
+from histories import make_question
 
 DATA_DIR = Path(__file__).resolve().parents[3] / "shared/data/longmemeval"
 MINI = DATA_DIR / "longmemeval_s_cleaned_mini.json.xz"
-FIRST_DAY = datetime(2023, 6, 1, 9, 0)
 
 
-def make_question(question: str, sessions: list[list[tuple[str, str]]]) -> Question:
-    """A question whose history holds `sessions` (lists of (role, content)), one day apart."""
-    record = {
-        "question_id": "q1",
-        "question_type": "single-session-user",
-        "question": question,
-        "answer": "x",
-        "question_date": "2023/06/30 (Fri) 10:00",
-        "haystack_dates": [(FIRST_DAY + timedelta(days=day)).strftime(LME_DATE_FORMAT) for day in range(len(sessions))],
-        "haystack_session_ids": [f"orig_{index}" for index in range(len(sessions))],
-        "haystack_sessions": [[{"role": role, "content": content} for role, content in turns] for turns in sessions],
-        "answer_session_ids": [],
-    }
-    return parse_question(record, Path("synthetic.json"), 0)
 
 
 FILLER = [

@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import math
-from datetime import datetime, timedelta
-from pathlib import Path
 
 import pytest
 from hydra.utils import instantiate
 
 from lme.cli import CONF_DIR, compose_config
-from lme.data.dates import LME_DATE_FORMAT
-from lme.data.load import parse_question
 from lme.data.records import Question
 from lme.errors import LmeError
 from lme.retrieval.base import Ranking, Retriever
 from lme.retrieval.fts5 import FTS5Retriever
 from lme.retrieval.fusion import FusedRetriever, rrf
+from histories import make_question
 
 SEMANTIC_CONFIG = CONF_DIR / "retriever" / "semantic.yaml"
 
@@ -36,20 +33,6 @@ class ReverseRetriever:
         return Ranking(retriever=self.name, turn_ids=tuple(turns), scores=tuple(-float(i) for i in range(len(turns))))
 
 
-def make_question(question: str, sessions: list[list[tuple[str, str]]]) -> Question:
-    first = datetime(2023, 6, 1, 9, 0)
-    record = {
-        "question_id": "q1",
-        "question_type": "single-session-user",
-        "question": question,
-        "answer": "x",
-        "question_date": "2023/06/30 (Fri) 10:00",
-        "haystack_dates": [(first + timedelta(days=day)).strftime(LME_DATE_FORMAT) for day in range(len(sessions))],
-        "haystack_session_ids": [f"orig_{index}" for index in range(len(sessions))],
-        "haystack_sessions": [[{"role": role, "content": content} for role, content in turns] for turns in sessions],
-        "answer_session_ids": [],
-    }
-    return parse_question(record, Path("synthetic.json"), 0)
 
 
 HISTORY = [

