@@ -76,6 +76,23 @@ def test_setup_paper_selects_the_reference_models(tmp_path):
     assert cfg.judge.model.params == {"temperature": 0, "max_tokens": 10, "n": 1}
 
 
+@pytest.mark.parametrize("design", ["semantic", "hybrid", "first_pass"])
+def test_setup_paper_embeds_with_embeddinggemma_and_its_prompts(design, tmp_path):
+    def semantic_part(cfg):
+        return cfg.retriever if design == "semantic" else cfg.retriever.retrievers.semantic
+
+    paper = semantic_part(_compose([f"+design={design}", "setup=paper", f"cache_dir={tmp_path}"]))
+    assert paper.model == "google/embeddinggemma-300m"
+    assert paper.query_prompt == "task: search result | query: "
+    assert paper.document_prompt == "title: none | text: "
+    offline = semantic_part(_compose([f"+design={design}", f"cache_dir={tmp_path}"]))
+    assert (offline.model, offline.query_prompt, offline.document_prompt) == ("minilm-packaged", "", "")
+    # a one-off model on the command line still wins over the group
+    key = "retriever.model" if design == "semantic" else "retriever.retrievers.semantic.model"
+    chosen = semantic_part(_compose([f"+design={design}", "setup=paper", f"{key}=/models/mine", f"cache_dir={tmp_path}"]))
+    assert chosen.model == "/models/mine" and chosen.query_prompt == "task: search result | query: "
+
+
 def test_default_is_offline_on_the_bundled_sample(tmp_path):
     cfg = _compose([f"cache_dir={tmp_path}"])
     assert Path(cfg.dataset.path).name.endswith(".json")
