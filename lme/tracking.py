@@ -2,8 +2,18 @@
 
 Runs are written through `MlflowClient` with explicit run ids (no global
 "active run"), so jobs in other processes attach to the parent by the id in
-`LME_PARENT_RUN_ID`. The tracking store is SQLite (`sqlite:///mlflow.db`),
-artifacts go to `mlruns/`. mlflow is imported lazily.
+`LME_PARENT_RUN_ID`. The tracking store is SQLite (`sqlite:///mlflow.db`) or a
+tracking server (`tracking.uri=http://...`), artifacts go to `mlruns/`. mlflow
+is imported lazily.
+
+Any Hydra launcher works (basic, joblib, Ray, submitit): `MultirunParent`
+creates the parent in the launching process and hands every job, through the
+job's own config, what a worker in another process or on another machine
+lacks (`job_overrides`): the parent id and lme's path variables as
+`hydra.job.env_set` (Hydra sets them around the job wherever it runs) and the
+sweep directory as an absolute path. A job whose process started elsewhere
+(a Ray worker starts in the directory `ray start` ran in) moves to the launch
+directory when it exists there, so relative paths mean the same in every job.
 """
 
 from __future__ import annotations
@@ -22,6 +32,9 @@ from pathlib import Path
 from typing import Any
 
 PARENT_ENV = "LME_PARENT_RUN_ID"
+# lme's own path variables, read by the job's config (`${oc.env:...}`): forwarded to jobs in other processes.
+# Never keys: a key would be written to the job's .hydra/hydra.yaml; workers take keys from their environment.
+FORWARDED_ENV = ("LME_CACHE_DIR", "LME_DATA_DIR", "LME_JUDGE_TEMPLATES")
 OUTCOMES_ARTIFACT = "outcomes.jsonl"
 _SECRET_NAMES = {"api_key", "key", "token", "secret", "password", "authorization"}
 _MAX_PARAM_CHARS = 500
@@ -33,7 +46,7 @@ _KEY_LIKE = re.compile(r"(?:sk-|Bearer\s|hf_[A-Za-z0-9]{8}|AKIA[0-9A-Z]{12}|gh[p
 class TrackingSettings:
     enabled: bool = True
     uri: str = "sqlite:///mlflow.db"
-    artifact_location: str = "mlruns"
+    artifact_location: str | None = "mlruns"
     experiment: str = "lme"
 
 
@@ -87,14 +100,28 @@ def _client(settings: TrackingSettings):
     return MlflowClient(tracking_uri=settings.uri)
 
 
+def artifact_location(settings: TrackingSettings) -> str | None:
+    """Where a new experiment keeps its artifacts. With a tracking server (`http(s)://`), a relative
+    path such as the default `mlruns` would name a folder on whichever machine created the experiment,
+    so the server decides (it proxies uploads with `mlflow server --artifacts-destination`); an
+    absolute path or a URI is kept as given."""
+    location = settings.artifact_location
+    if not location:
+        return None
+    if "://" in location or location.startswith("mlflow-artifacts:"):
+        return location
+    if settings.uri.startswith(("http://", "https://")) and not Path(location).is_absolute():
+        return None
+    return Path(location).resolve().as_uri()
+
+
 def experiment_id(settings: TrackingSettings) -> str:
     client = _client(settings)
     experiment = client.get_experiment_by_name(settings.experiment)
     if experiment is not None:
         return experiment.experiment_id
-    location = Path(settings.artifact_location).resolve().as_uri()
     try:
-        return client.create_experiment(settings.experiment, artifact_location=location)
+        return client.create_experiment(settings.experiment, artifact_location=artifact_location(settings))
     except Exception:  # another job created it first
         experiment = client.get_experiment_by_name(settings.experiment)
         if experiment is None:
@@ -205,29 +232,68 @@ except ImportError:  # pragma: no cover - hydra is a dependency
     _HydraCallback = object  # type: ignore[misc,assignment]
 
 
+def _quoted(value: str) -> str:
+    """A Hydra override value as a quoted string (any path: spaces, colons, quotes)."""
+    # Hydra's grammar: a backslash is an escape only before a quote (or the closing quote).
+    escaped = re.sub(r"(\\*)'", lambda match: match.group(1) * 2 + "\\'", value)
+    trailing = len(escaped) - len(escaped.rstrip("\\"))
+    return "'" + escaped + "\\" * trailing + "'"
+
+
+def job_overrides(parent_id: str | None, sweep_dir: str, environ: Mapping[str, str]) -> list[str]:
+    """Hydra overrides that make each job of a multirun self-sufficient in any process on any launcher:
+    the parent run id and lme's path variables set around the job (`hydra.job.env_set`), and the sweep
+    directory as an absolute path (a worker's current directory may not be the launch directory)."""
+    env = {PARENT_ENV: parent_id} if parent_id else {}
+    env |= {name: environ[name] for name in FORWARDED_ENV if environ.get(name)}
+    overrides = [f"++hydra.job.env_set.{name}={_quoted(value)}" for name, value in env.items()]
+    overrides.append(f"hydra.sweep.dir={_quoted(str(Path(sweep_dir).absolute()))}")
+    return overrides
+
+
 class MultirunParent(_HydraCallback):
-    """Hydra callback: a parent MLflow run around a multirun, with across-seed measures at the end."""
+    """Hydra callback: a parent MLflow run around a multirun, with across-seed measures at the end.
+
+    `on_multirun_start`/`on_multirun_end` run in the launching process; `on_job_start` runs wherever
+    the launcher runs the job (this process, a joblib worker, a Ray worker, a SLURM node). The callback
+    is pickled to those workers with the rest of Hydra's context, so it carries only plain data there."""
 
     def __init__(self) -> None:
         self.parent: JobRun | None = None
         self.settings: TrackingSettings | None = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        return {"settings": self.settings}  # the parent's client (open connections) stays in the launching process
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.parent = None
+        self.settings = state.get("settings")
+
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
-        from omegaconf import OmegaConf
+        from omegaconf import OmegaConf, read_write
 
         tracking = OmegaConf.to_container(config.tracking, resolve=True)
         self.settings = TrackingSettings(**tracking)  # type: ignore[arg-type]
-        if not self.settings.enabled:
-            return
-        overrides = list(config.hydra.overrides.task)
-        self.parent = JobRun(
-            self.settings,
-            run_name=f"{config.design_name}-multirun",
-            tags={"lme.role": "parent", "lme.design": str(config.design_name), "lme.overrides": " ".join(overrides)},
-        )
-        self.parent.log_params({"sweep.overrides": " ".join(overrides)[:_MAX_PARAM_CHARS]})
-        os.environ[PARENT_ENV] = self.parent.run_id
-        atexit.register(self._fail_if_open)  # a job that stops the sweep must not leave the parent RUNNING
+        if self.settings.enabled:
+            overrides = list(config.hydra.overrides.task)
+            self.parent = JobRun(
+                self.settings,
+                run_name=f"{config.design_name}-multirun",
+                tags={"lme.role": "parent", "lme.design": str(config.design_name), "lme.overrides": " ".join(overrides)},
+            )
+            self.parent.log_params({"sweep.overrides": " ".join(overrides)[:_MAX_PARAM_CHARS]})
+            os.environ[PARENT_ENV] = self.parent.run_id  # jobs in this process (the basic launcher)
+            atexit.register(self._fail_if_open)  # a job that stops the sweep must not leave the parent RUNNING
+        # Every launcher composes each job's config from `hydra.overrides.hydra` + the job's overrides.
+        extra = job_overrides(self.parent.run_id if self.parent else None, str(config.hydra.sweep.dir), os.environ)
+        with read_write(config.hydra.overrides):
+            config.hydra.overrides.hydra.extend(extra)
+
+    def on_job_start(self, config: Any, **kwargs: Any) -> None:
+        """In the job's process: start from the launch directory, as a job of the basic launcher does."""
+        launch_dir = str(config.hydra.runtime.cwd)
+        if os.getcwd() != launch_dir and Path(launch_dir).is_dir():
+            os.chdir(launch_dir)
 
     def _fail_if_open(self) -> None:
         if self.parent is not None:

@@ -15,7 +15,7 @@ from lme.answer.reader import compose_instruction
 from lme.models.gateway import ModelSpec
 
 CONF = Path(lme.__file__).parent / "conf"
-GROUPS = sorted(p.name for p in CONF.iterdir() if p.is_dir())
+GROUPS = sorted(p.name for p in CONF.iterdir() if p.is_dir() and p.name != "hydra")  # hydra/launcher: tests/test_launchers.py
 
 
 def _options(group: str) -> list[str]:

@@ -6,6 +6,13 @@ the deterministic judge). API keys and endpoints are not part of a request.
 
 Every `put` is one SQLite transaction (autocommit, WAL, synchronous=FULL): a
 process killed mid-write leaves the entry either whole or absent, never half.
+
+Several processes on one machine (the jobs of a joblib or Ray sweep) share one
+file safely: WAL lets readers run beside the one writer, and every connection
+waits up to `BUSY_TIMEOUT_S` for a lock instead of failing with `database is
+locked`. SQLite's locks do not hold on network filesystems (NFS, SMB), so
+machines do not share one file: each keeps its own cache on local disk and
+`merge_caches` (`python -m lme cache merge`) folds them into one afterwards.
 """
 
 from __future__ import annotations
@@ -17,6 +24,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+BUSY_TIMEOUT_S = 60.0  # how long a connection waits for another process's lock
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
@@ -39,6 +48,70 @@ def call_key(model: str, messages: list[dict[str, Any]], params: dict[str, Any],
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
+def connect(path: str | Path) -> sqlite3.Connection:
+    """An autocommit connection in WAL mode with a busy timeout, synchronous=FULL (each write is on
+    disk when it returns). Safe when many processes open a new file at the same moment."""
+    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None)
+    conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+    # Switching to WAL takes a write lock; a process that finds the file being switched by another waits.
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            break
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+    conn.execute("PRAGMA synchronous=FULL")
+    return conn
+
+
+def merge_caches(target: str | Path, sources: list[str | Path]) -> dict[str, int]:
+    """Copy into the cache at `target` every entry of `sources` it lacks; returns the entries added per
+    source. An entry already present is kept (the first answer stored for a call stays the answer),
+    so merging is idempotent and the order of sources decides between two different answers."""
+    from lme.errors import LmeError
+
+    for source in sources:
+        if not Path(source).is_file():
+            raise LmeError(f"cache merge: {source}: no such cache file.")
+        if Path(source).resolve() == Path(target).resolve():
+            raise LmeError(f"cache merge: {source} is the target itself.")
+    cache = CallCache(target)
+    added: dict[str, int] = {}
+    try:
+        with cache._lock:
+            conn = cache._conn
+            for source in sources:
+                conn.execute("ATTACH DATABASE ? AS source", (str(source),))
+                try:
+                    if conn.execute(
+                        "SELECT 1 FROM source.sqlite_master WHERE type = 'table' AND name = 'calls'"
+                    ).fetchone() is None:
+                        raise LmeError(f"cache merge: {source}: not an lme call cache (no calls table).")
+                    conn.execute("BEGIN IMMEDIATE")
+                    before = conn.execute("SELECT COUNT(*) FROM main.calls").fetchone()[0]
+                    conn.execute(
+                        "INSERT OR IGNORE INTO main.calls (key, model, response, created) "
+                        "SELECT key, model, response, created FROM source.calls ORDER BY created"
+                    )
+                    after = conn.execute("SELECT COUNT(*) FROM main.calls").fetchone()[0]
+                    conn.execute("COMMIT")
+                    added[str(source)] = int(after - before)
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+                finally:
+                    conn.execute("DETACH DATABASE source")
+    except sqlite3.DatabaseError as exc:
+        raise LmeError(f"cache merge: {exc}.") from None
+    finally:
+        cache.close()
+    return added
+
+
 class CallCache:
     """Maps a call key to the stored response (a JSON object)."""
 
@@ -46,10 +119,7 @@ class CallCache:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(self.path, timeout=60, check_same_thread=False, isolation_level=None)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA busy_timeout=60000")
-        self._conn.execute("PRAGMA synchronous=FULL")  # each put is its own transaction, on disk when it returns
+        self._conn = connect(self.path)
         self._conn.execute(_SCHEMA)
 
     def get(self, key: str) -> dict[str, Any] | None:
