@@ -69,7 +69,7 @@ def load_dataset(cfg: DictConfig) -> tuple[Path, list]:
         # select on a cheap index pass (ids and types only); histories are read one at a time later
         selected = select_questions(scan_index(path), selection, path)
     else:
-        selected = select_questions(load_questions(path), selection, path)
+        selected = select_questions(load_questions_once(path), selection, path)
     if selected.skipped:
         print(f"lme: warning: {selected.skipped_note(path)}", file=sys.stderr, flush=True)
     if not selected.questions:
@@ -77,6 +77,20 @@ def load_dataset(cfg: DictConfig) -> tuple[Path, list]:
     if cfg.dataset.get("stream"):
         return path, StreamedQuestions(path, tuple(q.question_id for q in selected.questions))
     return path, list(selected.questions)
+
+
+_LOADED: dict[tuple[str, int, int], list] = {}  # at most one file: the jobs of a multirun in this process share it
+
+
+def load_questions_once(path: Path) -> list:
+    """`load_questions(path)`, kept for this process's later jobs (a multirun's seeds) while the file is unchanged."""
+    from lme.memory.reuse import file_identity
+
+    key = tuple(file_identity(path))
+    if key not in _LOADED:
+        _LOADED.clear()  # free the previous file before loading the next
+        _LOADED[key] = load_questions(path)  # type: ignore[index]
+    return _LOADED[key]  # type: ignore[index]
 
 
 class StreamedQuestions:
@@ -133,6 +147,23 @@ def build_views(cfg: DictConfig, retriever: Any, rules: tuple[RuleStep, ...]) ->
     return {name: build_view(cfg, retriever) for name in needed}  # known_views allows only cfg.view
 
 
+def reuse_memories(cfg: DictConfig, data_path: Path, builder: Any, views: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """The builders wrapped so that this process's later jobs (a multirun's seeds) reuse their memories:
+    a memory depends on the question, the memory's and the retriever's config, never on the seed
+    (`lme.memory.reuse`)."""
+    from lme.memory.reuse import ReusedMemory, file_identity, keep_only, memory_digest
+
+    common = (OmegaConf.to_container(cfg.retriever, resolve=True), file_identity(data_path))
+
+    def reused(node: Any, inner: Any) -> ReusedMemory:
+        return ReusedMemory(inner, memory_digest(OmegaConf.to_container(node, resolve=True), *common))
+
+    first = reused(cfg.memory, builder)
+    wrapped = {name: reused(cfg.view, view) for name, view in views.items()}
+    keep_only({first.digest, *(view.digest for view in wrapped.values())})
+    return first, wrapped
+
+
 def build_reader(cfg: DictConfig) -> Reader:
     return Reader(
         name=str(cfg.reader.name),
@@ -164,6 +195,7 @@ def cost_metrics(outcomes: list[Outcome]) -> dict[str, float]:
         "reader_failed_calls": sum(o.reader.failed_calls for o in outcomes),
         "reader_input_tokens": sum(o.reader.input_tokens for o in outcomes),
         "reader_output_tokens": sum(o.reader.output_tokens for o in outcomes),
+        "reader_cached_input_tokens": sum(o.reader.cached_input_tokens for o in outcomes),
         "reader_cost_usd": sum(o.reader.cost_usd for o in outcomes),
         "reader_spent_usd": sum(o.reader.spent_usd for o in outcomes),
         "judge_calls": sum(o.judge.calls for o in outcomes),
@@ -171,6 +203,7 @@ def cost_metrics(outcomes: list[Outcome]) -> dict[str, float]:
         "judge_failed_calls": sum(o.judge.failed_calls for o in outcomes),
         "judge_input_tokens": sum(o.judge.input_tokens for o in outcomes),
         "judge_output_tokens": sum(o.judge.output_tokens for o in outcomes),
+        "judge_cached_input_tokens": sum(o.judge.cached_input_tokens for o in outcomes),
         "judge_cost_usd": sum(o.judge.cost_usd for o in outcomes),
         "judge_spent_usd": sum(o.judge.spent_usd for o in outcomes),
         "unpriced_calls": sum(o.reader.unpriced_calls + o.judge.unpriced_calls for o in outcomes),
@@ -212,6 +245,8 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
     reader = build_reader(cfg)
     instruction, rules, instruction_texts = compose_instructions(cfg)
     views = build_views(cfg, retriever, rules)
+    if not cfg.dataset.get("stream"):  # a streamed file is read one question at a time: nothing is kept
+        builder, views = reuse_memories(cfg, data_path, builder, views)
     judge = build_judge(cfg)
 
     out_dir = _output_dir()

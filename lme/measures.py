@@ -361,7 +361,7 @@ def accuracy_intervals(
 # "correct", "reader", "judge", ...}; a row without `steps` had one pass and no re-read.
 
 _CALL_FIELDS = ("calls", "cached_calls", "failed_calls", "input_tokens", "output_tokens", "cost_usd", "spent_usd",
-                "unpriced_calls")
+                "unpriced_calls", "cached_input_tokens", "cached_input_at_input_price")
 
 
 def row_steps(row: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -509,6 +509,9 @@ class CostSummary:
     judge_cost_usd: float
     judge_spent_usd: float
     unpriced_calls: int  # calls without a price: the dollar figures are then lower bounds
+    reader_cached_input_tokens: int = 0  # input tokens the provider served from its prompt cache
+    judge_cached_input_tokens: int = 0
+    cached_input_at_input_price: int = 0  # cached tokens (reader and judge) priced as input: no cache-read price
 
 
 def cost_summary(runs: Sequence[Sequence[Mapping[str, Any]]]) -> CostSummary:
@@ -540,4 +543,8 @@ def cost_summary(runs: Sequence[Sequence[Mapping[str, Any]]]) -> CostSummary:
         judge_cost_usd=total(judge, "cost_usd"),
         judge_spent_usd=total(judge, "spent_usd"),
         unpriced_calls=int(total(reader, "unpriced_calls") + total(judge, "unpriced_calls")),
+        reader_cached_input_tokens=int(total(reader, "cached_input_tokens")),
+        judge_cached_input_tokens=int(total(judge, "cached_input_tokens")),
+        cached_input_at_input_price=int(total(reader, "cached_input_at_input_price")
+                                        + total(judge, "cached_input_at_input_price")),
     )

@@ -71,7 +71,10 @@ STEPS_NOTE = (
 )
 COST_NOTE = (
     "Totals over each design's runs at list price (cached calls included); reader cost per answer is the reader "
-    "cost over question-runs; mean input tokens per reader call."
+    "cost over question-runs; mean input tokens per reader call. Cached input tokens (reader and judge, share of "
+    "their input tokens) are those the provider reported serving from its prompt cache; they are priced at the "
+    "model's cache-read price where litellm's cost map (or the model's config) has one, else at the input price, "
+    "as the last column says."
 )
 MISSING_NOTE = (
     "A missing or failed answer counts as wrong. LongMemEval's own scripts silently drop a question "
@@ -420,16 +423,30 @@ def steps_section(design: DesignReport, majority: str) -> str:
     return f"### {design.label}\n\n" + _table(header, rows, "rllrrrrrrrrr")
 
 
+def cached_input_cells(c: CostSummary) -> tuple[str, str]:
+    """The cost table's "cached input tokens" (count and share of input) and "cached input priced at" cells."""
+    cached = c.reader_cached_input_tokens + c.judge_cached_input_tokens
+    if not cached:
+        return "0", "-"
+    total = c.reader_input_tokens + c.judge_input_tokens
+    share = f" ({100 * cached / total:.1f}%)" if total else ""
+    at_input = c.cached_input_at_input_price
+    basis = "cache-read price" if not at_input else "input price" if at_input >= cached else (
+        f"cache-read price, input price for {at_input:,}"
+    )
+    return f"{cached:,}{share}", basis
+
+
 def cost_table(report: Report) -> str:
     header = ["design", "runs", "answers", "reader calls", "mean input tokens / call", "reader cost", "judge cost",
-              "reader cost / answer"]
+              "reader cost / answer", "cached input tokens", "cached input priced at"]
     rows = []
     for d in report.designs:
         c = d.cost
         tokens = "-" if math.isnan(c.mean_input_tokens_per_call) else f"{c.mean_input_tokens_per_call:,.0f}"
         rows.append([d.label, str(c.n_runs), str(c.n_answers), str(c.reader_calls), tokens, _usd(c.reader_cost_usd),
-                     _usd(c.judge_cost_usd), _usd(c.reader_cost_per_answer_usd)])
-    return _table(header, rows)
+                     _usd(c.judge_cost_usd), _usd(c.reader_cost_per_answer_usd), *cached_input_cells(c)])
+    return _table(header, rows, "l" + "r" * 8 + "l")
 
 
 def render_markdown(report: Report) -> str:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -38,6 +39,7 @@ from lme.judge import Judge, Verdict, sha256_text
 from lme.memory.base import Memory, MemoryBuilder
 from lme.models.gateway import CallResult, Gateway
 from lme.models.ledger import BudgetExhausted
+from lme.models.pricing import INPUT
 
 FIRST_PASS = "first_pass"  # the step name of the first read
 
@@ -52,6 +54,8 @@ class CallStats:
     cost_usd: float = 0.0  # what the answer costs at list price, cached or not
     spent_usd: float = 0.0  # what this job paid (calls not served from the cache)
     unpriced_calls: int = 0
+    cached_input_tokens: int = 0  # of input_tokens, those the provider served from its prompt cache
+    cached_input_at_input_price: int = 0  # of those, the ones priced as input (no cache-read price known)
 
     @classmethod
     def of(cls, call: CallResult | None) -> CallStats:
@@ -67,6 +71,8 @@ class CallStats:
             cost_usd=cost,
             spent_usd=0.0 if call.cached else cost,
             unpriced_calls=int(call.ok and call.cost_usd is None),
+            cached_input_tokens=call.cached_input_tokens,
+            cached_input_at_input_price=call.cached_input_tokens if call.cached_input_price == INPUT else 0,
         )
 
     def __add__(self, other: CallStats) -> CallStats:
@@ -138,6 +144,7 @@ class Journal:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()  # appends come from worker threads: one whole line at a time
 
     def read(self) -> list[Outcome]:
         if not self.path.exists():
@@ -152,8 +159,9 @@ class Journal:
         return outcomes
 
     def append(self, outcome: Outcome) -> None:
-        with self.path.open("a", encoding="utf-8") as handle:
-            handle.write(outcome.to_json() + "\n")
+        line = outcome.to_json() + "\n"
+        with self._lock, self.path.open("a", encoding="utf-8") as handle:
+            handle.write(line)
             handle.flush()
             os.fsync(handle.fileno())  # a completed question survives a crash of the machine, not only of lme
 
@@ -293,7 +301,7 @@ async def run_questions(
     async def one(question: Question) -> None:
         nonlocal finished
         outcome = await answer_question(question, builder, reader, instruction, judge, gateway, seed, rules, views)
-        journal.append(outcome)
+        await asyncio.to_thread(journal.append, outcome)  # its fsync off the event loop
         done[outcome.question_id] = outcome
         finished += 1
         if on_outcome is not None:

@@ -41,6 +41,10 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from bench_common import peak_rss_mib, run_child  # noqa: E402
+
 GENERATOR = HERE / "make_synthetic_m.py"
 SESSION_BYTES = 10_400  # JSON bytes of one synthetic session, for the disk check
 TARGET_QUESTIONS = 500
@@ -54,21 +58,6 @@ MODES: dict[str, str] = {
 
 
 # --- children: one measurement each ------------------------------------------------
-
-
-def _peak_kib() -> tuple[int, int | None]:
-    """(ru_maxrss in KiB, VmHWM in KiB or None where /proc is missing)."""
-    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    if sys.platform == "darwin":  # bytes there, KiB on Linux
-        maxrss //= 1024
-    hwm = None
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                hwm = int(line.split()[1])
-    except OSError:
-        pass
-    return maxrss, hwm
 
 
 def child(mode: str, path: Path) -> dict[str, object]:
@@ -107,7 +96,8 @@ def child(mode: str, path: Path) -> dict[str, object]:
         raise SystemExit(f"unknown mode {mode!r}")
     seconds = time.perf_counter() - started
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    maxrss, hwm = _peak_kib()
+    maxrss_mib, hwm_mib = peak_rss_mib()
+    maxrss, hwm = round(maxrss_mib * 1024), (round(hwm_mib * 1024) if hwm_mib is not None else None)
     return {
         "mode": mode,
         "seconds": seconds,
@@ -123,16 +113,10 @@ def child(mode: str, path: Path) -> dict[str, object]:
 
 def measure(mode: str, path: Path) -> dict[str, object]:
     """Run `child(mode, path)` in a fresh interpreter and return its figures."""
-    done = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--child", mode, str(path)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        lines = (done.stderr or done.stdout).strip().splitlines() or ["no output"]
-        raise SystemExit(f"bench_m: {MODES.get(mode, mode)} failed: {lines[-1]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    try:
+        return run_child(Path(__file__).resolve(), mode, str(path))
+    except RuntimeError as exc:
+        raise SystemExit(f"bench_m: {MODES.get(mode, mode)} failed: {exc}") from None
 
 
 # --- the parent: file, disk and memory checks, table -----------------------------------

@@ -6,7 +6,7 @@
     python scripts/bench_memory.py path/to/longmemeval_s_cleaned.json --json
 
 Each row runs in a fresh Python process, so its peak RSS
-(`resource.getrusage(RUSAGE_SELF).ru_maxrss` of that child) is its own. The
+(VmHWM of that child, see `bench_common.child_peak_mib`) is its own. The
 questions are streamed (`lme.data.stream.iter_questions`, one history in
 memory at a time) and the components come from the composed config, built
 exactly as `python -m lme memory` builds them (`lme.memory.cli.build_components`):
@@ -21,7 +21,16 @@ exactly as `python -m lme memory` builds them (`lme.memory.cli.build_components`
   embedding cache (`cache_dir`, see `lme/retrieval/dense.py`) and encodes what
   is missing, which on a CPU can take hours for the whole S file; skipped with
   a note when the semantic retriever or its model is not installed;
-- `bm25 baseline`: `+design=bm25`, the retrieval baseline memory, for comparison.
+- `bm25 baseline`: `+design=bm25`, the retrieval baseline memory, for comparison;
+- `rank_bm25 (LongMemEval's way)`: what the LongMemEval repository does for turn
+  retrieval (`src/retrieval/run_retrieval.py`, `flat-bm25`, granularity `turn`):
+  `rank_bm25.BM25Okapi` over `content.split(" ")` of the user turns, scored for
+  `question.split(" ")`, every turn ranked (`np.argsort`): ranking only, no memory text;
+- `rank_bm25, all turns`: the same over every turn, the corpus lme's BM25 indexes:
+  the reference for the ratios.
+
+`rows(path, questions)` gives these figures as `bench_common.Row`s for the
+`memory` stage of `scripts/bench.py`; `measure` is also used by its `scale` stage.
 
 `build s` is the time spent in `builder.build` alone (ranking included),
 `total s` the child's wall time (reading the file included). Outside the timed
@@ -34,45 +43,68 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_PATH = HERE.parents[1] / "shared/data/longmemeval/longmemeval_s_cleaned.json.xz"
+sys.path.insert(0, str(HERE))
+
+from bench_common import DEFAULT_S, S_QUESTIONS, Row, child_peak_mib, ratio, run_child  # noqa: E402
+
+DEFAULT_PATH = DEFAULT_S
+STAGE = "memory"
+TARGET_FIRST_PASS_S = 60.0  # first-pass memory for all of S, on 2 cores, reading included
 ROWS: dict[str, tuple[str, list[str]]] = {  # name -> (label, config overrides)
     "stream": ("stream only", []),
     "user_log_bm25": ("user_log, BM25 replies", ["memory=user_log", "retriever=fts5"]),
     "user_log_hybrid": ("user_log, hybrid replies", ["memory=user_log", "retriever=hybrid"]),
     "bm25": ("bm25 baseline", ["+design=bm25"]),
+    "rank_bm25_user": ("rank_bm25 (LongMemEval's way)", []),
+    "rank_bm25": ("rank_bm25, all turns", []),
 }
+TOP_K = 100
 
 
 # --- child: one row ---------------------------------------------------------------------
 
 
-def _peak_mib() -> float:
-    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return maxrss / (1024 * 1024) if sys.platform == "darwin" else maxrss / 1024  # bytes there, KiB on Linux
+def rank_bm25_top(question: object, top_k: int | None = TOP_K, user_only: bool = False) -> list[str]:
+    """The LongMemEval repository's turn retrieval: BM25Okapi over `split(" ")`, best first.
+
+    `user_only`: index the user turns only, as LongMemEval's `flat-bm25` at turn granularity does;
+    `top_k` None: every turn, ranked with `np.argsort` as there.
+    """
+    import numpy as np
+    from rank_bm25 import BM25Okapi
+
+    turns = [turn for turn in question.turns() if turn.role == "user" or not user_only]  # type: ignore[attr-defined]
+    if not turns:
+        return []
+    scores = BM25Okapi([turn.content.split(" ") for turn in turns]).get_scores(question.question.split(" "))  # type: ignore[attr-defined]
+    order = np.argsort(scores, kind="stable")[::-1][:top_k]
+    return [turns[index].turn_id for index in order]
 
 
 def child(name: str, path: Path, limit: int | None) -> dict[str, object]:
     """Build every question's memory for row `name` in this process; return the figures."""
     started = time.perf_counter()
+    cpu_started = time.process_time()
     from lme.data.stream import iter_questions
 
     builder = None
     max_bytes = None
-    if name != "stream":
+    if name.startswith("rank_bm25"):
+        import rank_bm25  # noqa: F401  (imported before the clock, as the builders are)
+    elif name != "stream":
         from lme.cli import compose_config
         from lme.memory.cli import build_components
 
         cfg = compose_config([*ROWS[name][1], f"dataset.path={path}"])
         _, builder = build_components(cfg, None)
         max_bytes = int(cfg.memory.max_bytes)
+    setup_seconds = time.perf_counter() - started  # imports and config, before the first question
     build_seconds = 0.0
     sizes: list[int] = []
     resolved: list[int] = []
@@ -82,6 +114,11 @@ def child(name: str, path: Path, limit: int | None) -> dict[str, object]:
         if limit is not None and questions >= limit:
             break
         questions += 1
+        if name.startswith("rank_bm25"):
+            before = time.perf_counter()
+            rank_bm25_top(question, None, user_only=name == "rank_bm25_user")
+            build_seconds += time.perf_counter() - before
+            continue
         if builder is None:
             continue
         before = time.perf_counter()
@@ -105,8 +142,10 @@ def child(name: str, path: Path, limit: int | None) -> dict[str, object]:
         "row": name,
         "questions": questions,
         "total_seconds": time.perf_counter() - started,
+        "setup_seconds": setup_seconds,
+        "cpu_seconds": time.process_time() - cpu_started,  # user + sys of this process: what the load cannot inflate
         "build_seconds": build_seconds,
-        "peak_rss_mib": _peak_mib(),
+        "peak_rss_mib": child_peak_mib(),
         "max_memory_bytes": max(sizes) if sizes else None,
         "mean_memory_bytes": statistics.fmean(sizes) if sizes else None,
         "budget_bytes": max_bytes,
@@ -121,15 +160,94 @@ def child(name: str, path: Path, limit: int | None) -> dict[str, object]:
 
 def measure(name: str, path: Path, limit: int | None) -> dict[str, object]:
     """Run `child(name, ...)` in a fresh interpreter; its figures, or a `skipped` note."""
-    command = [sys.executable, str(Path(__file__).resolve()), "--child", name, str(path)]
-    done = subprocess.run(
-        command + (["--limit", str(limit)] if limit is not None else []),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False,
-    )
-    if done.returncode != 0:
-        lines = (done.stderr or done.stdout).strip().splitlines() or ["no output"]
-        return {"row": name, "skipped": lines[-1]}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    try:
+        return run_child(Path(__file__).resolve(), name, str(path),
+                         *(["--limit", str(limit)] if limit is not None else []))
+    except RuntimeError as exc:
+        return {"row": name, "skipped": str(exc).rsplit(": ", 1)[-1]}
+
+
+# --- the `memory` stage of scripts/bench.py -------------------------------------------------
+
+
+def build_rows(stage: str, label: str, result: dict[str, object], reference: dict[str, object] | None,
+               target_total_s: float | None = None, target_per_question_s: float | None = None,
+               target_peak_mib: float | None = None, total_questions: int | None = None) -> list[Row]:
+    """Rows for one measured builder: build total, build per question, wall total, peak RSS.
+
+    `reference` (the rank_bm25 child's figures) gives the comparisons; `target_total_s`
+    applies to the wall total projected to `total_questions` (when fewer were run).
+    """
+    if "skipped" in result:
+        return [Row(stage, f"{label}: skipped", 0.0, "", note=str(result["skipped"]))]
+    questions = int(result["questions"])  # type: ignore[arg-type]
+    build = float(result["build_seconds"])  # type: ignore[arg-type]
+    wall = float(result["total_seconds"])  # type: ignore[arg-type]
+    peak = float(result["peak_rss_mib"])  # type: ignore[arg-type]
+    per_question = build / questions if questions else 0.0
+    ref_build = float(reference["build_seconds"]) if reference and "skipped" not in reference else None  # type: ignore[arg-type]
+    ref_peak = float(reference["peak_rss_mib"]) if reference and "skipped" not in reference else None  # type: ignore[arg-type]
+    ref_per_question = ref_build / questions if ref_build is not None and questions else None
+    name = "rank_bm25, all turns"
+    rows = [
+        Row(stage, f"{label}: build, {questions} questions", build, "s",
+            f"{name}: {ref_build:.2f} s" if ref_build is not None else "",
+            ratio(build, ref_build) if ref_build is not None else None),
+        Row(stage, f"{label}: build per question", per_question * 1000, "ms",
+            f"{name}: {ref_per_question * 1000:.1f} ms" if ref_per_question is not None else "",
+            ratio(per_question, ref_per_question) if ref_per_question is not None else None,
+            f"< {target_per_question_s:g} s" if target_per_question_s else "",
+            per_question < target_per_question_s if target_per_question_s else None),
+    ]
+    wall_row = Row(stage, f"{label}: wall, reading + build, {questions} questions", wall, "s",
+                   note="fresh process; imports and config included")
+    if target_total_s is not None and questions:
+        setup = float(result.get("setup_seconds", 0.0))  # type: ignore[arg-type]
+        whole = total_questions is None or questions >= total_questions
+        note = wall_row.note
+        if not whole:
+            projected = setup + (wall - setup) * total_questions / questions  # type: ignore[operator]
+            note += (f"; projected to {total_questions} questions: {projected:.1f} s "
+                     f"(the target is judged on all of S only)")
+        wall_row = Row(stage, wall_row.figure, wall, "s", target=f"< {target_total_s:g} s for all of S",
+                       met=wall < target_total_s if whole else None, note=note)
+    rows.append(wall_row)
+    if target_total_s is not None and "cpu_seconds" in result and questions:
+        cpu = float(result["cpu_seconds"])  # type: ignore[arg-type]
+        whole = total_questions is None or questions >= total_questions
+        rows.append(Row(stage, f"{label}: CPU time (user + sys), {questions} questions", cpu, "s",
+                        f"wall {wall:.1f} s", ratio(cpu, wall), f"< {target_total_s:g} s for all of S",
+                        cpu < target_total_s if whole else None,
+                        "one thread: the wall time on an otherwise idle machine; "
+                        "the wall row above counts time lost to other processes"))
+    rows.append(Row(stage, f"{label}: peak RSS", peak, "MiB",
+                    f"{name}: {ref_peak:,.0f} MiB" if ref_peak is not None else "",
+                    ratio(peak, ref_peak) if ref_peak is not None else None,
+                    f"< {target_peak_mib:,.0f} MiB" if target_peak_mib else "",
+                    peak < target_peak_mib if target_peak_mib else None))
+    return rows
+
+
+def rows(path: Path, questions: int | None) -> list[Row]:
+    """The `memory` stage: first-pass user log (BM25-only fusion) and the bm25 baseline, against rank_bm25."""
+    out: list[Row] = []
+    for name, corpus in (("rank_bm25_user", "user turns, as LongMemEval's flat-bm25 at turn granularity"),
+                         ("rank_bm25", "every turn, the corpus lme's BM25 indexes: the reference below")):
+        reference = measure(name, path, questions)
+        if "skipped" in reference:
+            out.append(Row(STAGE, f"{ROWS[name][0]}: skipped", 0.0, "", note=str(reference["skipped"])))
+            continue
+        count = int(reference["questions"])  # type: ignore[arg-type]
+        build = float(reference["build_seconds"])  # type: ignore[arg-type]
+        out.append(Row(STAGE, f"rank_bm25 BM25Okapi over split(' ') of {corpus.split(',')[0]}, {count} questions",
+                       build, "s",
+                       note=f"{build * 1000 / count:.1f} ms per question; {corpus}; ranking only, no memory text; "
+                            f"peak RSS {float(reference['peak_rss_mib']):,.0f} MiB"))  # type: ignore[arg-type]
+    first_pass = measure("user_log_bm25", path, questions)
+    out += build_rows(STAGE, "first-pass user log (memory=user_log retriever=fts5)", first_pass, reference,
+                      target_total_s=TARGET_FIRST_PASS_S, total_questions=S_QUESTIONS)
+    out += build_rows(STAGE, "bm25 baseline (+design=bm25)", measure("bm25", path, questions), reference)
+    return out
 
 
 # --- parent: the table -------------------------------------------------------------------
@@ -182,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child is not None:
         print(json.dumps(child(args.child, args.path, args.limit)))
         return 0
-    names = ["stream", "user_log_bm25"] + (["user_log_hybrid"] if args.hybrid else []) + ["bm25"]
+    names = ["stream", "user_log_bm25"] + (["user_log_hybrid"] if args.hybrid else []) + ["bm25", "rank_bm25_user", "rank_bm25"]
     results = []
     for name in names:
         print(f"bench_memory: {ROWS[name][0]} ...", file=sys.stderr, flush=True)

@@ -3,11 +3,14 @@
     python scripts/bench_retrieval.py [--data FILE] [--limit N] [--embed-texts N] [--lucene]
 
 - FTS5 BM25 (lme): index + query time per question, any-evidence recall@10;
-- the LongMemEval repository's own BM25 approach (rank_bm25 BM25Okapi over `split(" ")` of each turn),
-  on the same questions: time per question and recall@10;
+- the LongMemEval repository's own BM25 approach (rank_bm25 BM25Okapi over `split(" ")`), here over
+  every turn (the corpus FTS5 indexes; LongMemEval indexes user turns only), on the same questions:
+  time per question and recall@10;
 - Lucene BM25 (lme, pyserini; with --lucene): index + query per question, then query on built indexes;
 - embedding: lme's cached path vs `SentenceTransformer.encode` directly on the same distinct texts
-  (overhead in %), and the second run through the cache (speed-up).
+  (overhead in %), and the second run through the cache (speed-up): `scripts/bench_embedding.py`.
+
+The whole-study benchmark, with targets, is `scripts/bench.py`; this script adds recall and Lucene.
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from bench_memory import rank_bm25_top  # noqa: E402
 
 from lme.data.load import load_questions  # noqa: E402
 from lme.retrieval.fts5 import FTS5Retriever  # noqa: E402
@@ -44,17 +50,14 @@ def bench_fts5(questions) -> tuple[float, float]:
 
 
 def bench_rank_bm25(questions) -> tuple[float, float]:
-    from rank_bm25 import BM25Okapi
+    import rank_bm25  # noqa: F401  (imported outside the timings)
 
     times, hits = [], []
     for q in questions:
-        turns = q.turns()
         started = time.perf_counter()
-        bm25 = BM25Okapi([t.content.split(" ") for t in turns])
-        scores = bm25.get_scores(q.question.split(" "))
-        order = sorted(range(len(turns)), key=lambda i: -scores[i])[:100]
+        ranked = rank_bm25_top(q, 100)
         times.append(time.perf_counter() - started)
-        hits.append(recall_any([turns[i].turn_id for i in order], {t.turn_id for t in turns if t.has_answer}, 10))
+        hits.append(recall_any(ranked, {t.turn_id for t in q.turns() if t.has_answer}, 10))
     return statistics.mean(times), statistics.mean(hits)
 
 
@@ -74,27 +77,6 @@ def bench_lucene(questions, index_dir: Path) -> tuple[float, float, float]:
         retriever.rank(q, 100)
         warm.append(time.perf_counter() - started)
     return statistics.mean(cold), statistics.mean(warm), statistics.mean(hits)
-
-
-def bench_embedding(questions, n_texts: int, cache_path: Path) -> tuple[int, float, float, float]:
-    from lme.retrieval.dense import SentenceTransformerEncoder
-    from lme.retrieval.embedding_cache import EmbeddingCache
-
-    texts = list(dict.fromkeys(t.content for q in questions for t in q.turns()))[:n_texts]
-    encoder = SentenceTransformerEncoder("minilm-packaged", device="cpu")
-    encoder.encode(texts[:8], "")  # load the model outside the timings
-    model = encoder._loaded[0] if encoder._loaded else None  # the loaded SentenceTransformer
-    started = time.perf_counter()
-    model.encode(texts, batch_size=32, normalize_embeddings=True, show_progress_bar=False)
-    direct = time.perf_counter() - started
-    cache = EmbeddingCache(cache_path)
-    started = time.perf_counter()
-    cache.embed(texts, encoder.location.model_id, "", lambda batch: encoder.encode(batch, ""), progress=False)
-    through_lme = time.perf_counter() - started
-    started = time.perf_counter()
-    cache.embed(texts, encoder.location.model_id, "", lambda batch: encoder.encode(batch, ""), progress=False)
-    second = time.perf_counter() - started
-    return len(texts), direct, through_lme, second
 
 
 def main() -> int:
@@ -120,13 +102,11 @@ def main() -> int:
             cold, warm, rec = bench_lucene(answerable, Path(tmp) / "lucene")
             rows.append(("Lucene BM25 (lme)", f"{cold * 1000:.1f} ms/question index + query, {warm * 1000:.1f} ms "
                          f"query on a built index, recall_any@10 {rec:.3f}", f"FTS5: {fts_s * 1000:.1f} ms/question"))
-        if args.embed_texts:
-            n, direct, lme_s, second = bench_embedding(questions, args.embed_texts, Path(tmp) / "emb.sqlite")
-            rows.append(("embedding through lme (MiniLM, CPU)", f"{n / lme_s:.0f} texts/s ({n} distinct texts)",
-                         f"SentenceTransformer.encode directly: {n / direct:.0f} texts/s; "
-                         f"lme overhead {100 * (lme_s - direct) / direct:+.1f}%"))
-            rows.append(("second run through the cache", f"{second * 1000:.0f} ms (encodes nothing)",
-                         f"first run {lme_s:.1f} s: {lme_s / second:.0f}x faster"))
+    if args.embed_texts:
+        from bench_embedding import rows as embedding_rows
+
+        for row in embedding_rows(args.data, args.limit, args.embed_texts):
+            rows.append((f"{row.figure}: {row.value:,.1f} {row.unit}", row.note, row.compared_to))
     print(f"{args.data.name}: {len(questions)} questions, {len(answerable)} answerable with marked evidence\n")
     print("| figure | lme | compared with |")
     print("|---|---|---|")

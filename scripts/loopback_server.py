@@ -48,6 +48,16 @@ fixed `prompt_tokens` / `completion_tokens`), optional cached and reasoning
 tokens, and a reply is cut to the request's `max_tokens` /
 `max_completion_tokens` words (finish reason `length`), as a provider would.
 
+Cached input tokens (`usage.prompt_tokens_details.cached_tokens`) are either a
+fixed number (`cached_tokens`) or, with `prefix_cache=True`, simulated as a
+provider's prompt cache does it: the prompt is the words of its messages in
+order (a message's first word marked with its role), and the cached tokens are
+the longest prefix, in whole blocks of `prefix_cache_block` words, that an
+earlier completed request's prompt shares with it (at least
+`prefix_cache_min` words, else none). OpenAI caches in blocks of 128 tokens
+from 1,024 on: `prefix_cache_block=128, prefix_cache_min=1024`. The model, the
+seed and other parameters do not key the cache.
+
 Every request is recorded (`server.requests`: path, headers, JSON body), the
 highest number of requests being handled at once is kept in
 `server.max_in_flight` (meaningful when `latency_s` > 0), and `server.counts`
@@ -59,6 +69,7 @@ hung up on (`aborted`).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import random
 import signal
@@ -201,6 +212,43 @@ def _reply_function(reply: Reply, default_answer: str) -> Callable[[Mapping[str,
     return lambda body: reply  # type: ignore[return-value]
 
 
+def prompt_words(messages: Iterable[Any]) -> list[str]:
+    """The prompt as the prefix cache sees it: every message's words in order, its first word marked with its role."""
+    words: list[str] = []
+    for message in messages:
+        if not isinstance(message, Mapping):
+            continue
+        mine = _message_text(message).split()
+        if mine:
+            mine[0] = f"{message.get('role', '')}\x00{mine[0]}"
+        words += mine
+    return words
+
+
+class PrefixCache:
+    """A provider's prompt cache, simulated: chained hashes of whole blocks of words, as seen so far."""
+
+    def __init__(self, block: int = 1, minimum: int = 0) -> None:
+        self.block = block
+        self.minimum = minimum
+        self._seen: set[bytes] = set()
+        self._lock = threading.Lock()
+
+    def lookup_and_add(self, words: list[str]) -> int:
+        """Words of the longest cached prefix of `words` (whole blocks, at least `minimum`); then cache `words`."""
+        digest, hit, missed = b"", 0, False
+        with self._lock:
+            for end in range(self.block, len(words) + 1, self.block):
+                block = "\x01".join(words[end - self.block : end]).encode()
+                digest = hashlib.blake2b(digest + block, digest_size=16).digest()
+                if not missed and digest in self._seen:
+                    hit = end
+                else:
+                    missed = True
+                    self._seen.add(digest)
+        return hit if hit >= self.minimum else 0
+
+
 def _max_output(body: Mapping[str, Any]) -> int | None:
     for name in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
         value = body.get(name)
@@ -226,6 +274,9 @@ class LoopbackServer:
         retry_after_s: float | None = 0.05,  # the Retry-After a rate-drawn 429 carries
         slow_s: float = 2.0,
         cached_tokens: int | None = None,
+        prefix_cache: bool = False,
+        prefix_cache_block: int = 1,
+        prefix_cache_min: int = 0,
         reasoning_tokens: int | None = None,
         default_answer: str = "I don't know.",
         record_bodies: bool = True,
@@ -239,6 +290,11 @@ class LoopbackServer:
         self.completion_tokens = completion_tokens  # None: count the words of the reply
         self.finish_reason = finish_reason
         self.cached_tokens = cached_tokens
+        if prefix_cache and cached_tokens is not None:
+            raise ValueError("cached_tokens (a fixed number) and prefix_cache (simulated) exclude each other")
+        if prefix_cache_block < 1 or prefix_cache_min < 0:
+            raise ValueError("prefix_cache_block must be >= 1 and prefix_cache_min >= 0")
+        self.prefix_cache = PrefixCache(prefix_cache_block, prefix_cache_min) if prefix_cache else None
         self.reasoning_tokens = reasoning_tokens
         self.retry_after_s = retry_after_s
         self.slow_s = slow_s
@@ -368,6 +424,9 @@ class LoopbackServer:
         }
         if self.cached_tokens is not None:
             usage["prompt_tokens_details"] = {"cached_tokens": min(self.cached_tokens, prompt)}
+        elif self.prefix_cache is not None:
+            hit = self.prefix_cache.lookup_and_add(prompt_words(messages))
+            usage["prompt_tokens_details"] = {"cached_tokens": min(hit, prompt)}
         if self.reasoning_tokens is not None:
             usage["completion_tokens_details"] = {"reasoning_tokens": self.reasoning_tokens}
         return {
@@ -532,6 +591,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--retry-after", type=float, default=1.0, help="Retry-After seconds on a 429 (default 1)")
     parser.add_argument("--slow", type=float, default=30.0, help="delay of a 'slow' fault in seconds (default 30)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the fault draws (default 0)")
+    parser.add_argument(
+        "--prefix-cache", action="store_true",
+        help="report cached input tokens as a provider's prompt cache would: the longest prefix (in words) an "
+        "earlier prompt shares",
+    )
+    parser.add_argument("--prefix-cache-block", type=int, default=1, help="cache granularity in words (default 1)")
+    parser.add_argument("--prefix-cache-min", type=int, default=0, help="smallest cached prefix in words (default 0)")
     args = parser.parse_args(argv)
 
     rates: dict[str, float] = {}
@@ -550,13 +616,18 @@ def main(argv: list[str] | None = None) -> int:
         server = LoopbackServer(
             reply=reply, latency_s=args.latency, fault_rates=rates, fault_seed=args.seed,
             retry_after_s=args.retry_after, slow_s=args.slow, default_answer=args.default_answer,
-            record_bodies=False, host=args.host, port=args.port,
+            prefix_cache=args.prefix_cache, prefix_cache_block=args.prefix_cache_block,
+            prefix_cache_min=args.prefix_cache_min, record_bodies=False, host=args.host, port=args.port,
         ).start()
     except (OSError, ValueError) as exc:
         print(f"loopback_server: error: {exc}", file=sys.stderr)
         return 2
     faults = ", ".join(f"{kind} {rate:.1%}" for kind, rate in sorted(rates.items())) or "none"
-    print(f"serving OpenAI chat completions at {server.base_url} (reply: {args.script or args.reply}; faults: {faults})")
+    cache = ""
+    if args.prefix_cache:
+        cache = f"; prefix cache: blocks of {args.prefix_cache_block} words, from {args.prefix_cache_min}"
+    shown = args.script or args.reply
+    print(f"serving OpenAI chat completions at {server.base_url} (reply: {shown}; faults: {faults}{cache})")
     print(
         f"  LME_FAKE_KEY=anything python -m lme reader.model.model=openai/gpt-4o-mini "
         f"++reader.model.api_base={server.base_url} ++reader.model.api_key_env=LME_FAKE_KEY",

@@ -18,6 +18,7 @@ litellm is imported lazily: it takes seconds to import.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import random
 import time
@@ -59,6 +60,7 @@ class ModelSpec:
     retry_after_max_s: float = 300.0  # a provider's Retry-After is honoured up to this
     input_cost_per_token: float | None = None  # overrides litellm's cost map when set
     output_cost_per_token: float | None = None
+    cache_read_input_cost_per_token: float | None = None  # with the two above: cached input's price (else input's)
     requests_per_minute: float | None = None  # optional client-side limits per model (None: none)
     tokens_per_minute: float | None = None  # input tokens (counted) + maximum output tokens per request
 
@@ -91,6 +93,7 @@ class CallResult:
     reasoning_tokens: int = 0
     cost_usd: float | None = 0.0  # None when the price is unknown
     refusal: str | None = None  # the model's refusal message, when it refused (text is then "")
+    cached_input_price: str | None = None  # with cached input tokens: "cache-read" or "input" (lme.models.pricing)
 
     @property
     def ok(self) -> bool:
@@ -117,7 +120,11 @@ def _price(spec: ModelSpec, response: Any, usage: dict[str, int]) -> float | Non
     if spec.is_offline:
         return 0.0
     if spec.input_cost_per_token is not None and spec.output_cost_per_token is not None:
-        return usage["input_tokens"] * spec.input_cost_per_token + usage["output_tokens"] * spec.output_cost_per_token
+        from lme.models.pricing import model_prices
+
+        prices = model_prices(spec)
+        assert prices is not None
+        return prices.dollars(usage["input_tokens"], usage["output_tokens"], usage["cached_input_tokens"])
     hidden = getattr(response, "_hidden_params", None) or {}
     cost = hidden.get("response_cost")
     if cost is not None:
@@ -274,6 +281,15 @@ class Gateway:
         self._settled[id(asyncio.get_running_loop())] = asyncio.Event()
         event.set()
 
+    def _store_and_settle(self, key: str, model: str, stored: dict[str, Any], reservation: Reservation | None,
+                          usage: dict[str, int], attempts: int) -> None:
+        """In a worker thread: the response into the call cache, then the reservation settled, in that order."""
+        if self.cache is not None:
+            self.cache.put(key, model, stored)
+        if reservation is not None:
+            assert self.ledger is not None
+            self.ledger.settle(reservation, usage, stored["cost_usd"], attempts)
+
     async def _call(self, spec: ModelSpec, messages: list[dict[str, Any]], key: str, seed: int | None) -> CallResult:
         litellm = _import_litellm()
         if spec.is_offline:
@@ -295,7 +311,7 @@ class Gateway:
             if paid or (limits is not None and limits.counts_tokens):
                 from lme.models.pricing import max_call_cost, require_bound
 
-                bound = await asyncio.to_thread(max_call_cost, spec, messages)
+                bound = await asyncio.to_thread(_max_call_cost_once, spec, messages)
                 request_tokens = bound.input_tokens + bound.output_tokens
                 if paid:
                     caps_dollars = self.budget is not None and self.budget.caps_dollars
@@ -339,15 +355,19 @@ class Gateway:
                     usage = _usage_numbers(getattr(response, "usage", None))
                     stored: dict[str, Any] = {"text": text if text is not None else "", "attempts": attempt, **usage}
                     stored["cost_usd"] = _price(spec, response, usage)
+                    if usage["cached_input_tokens"] and stored["cost_usd"] is not None:
+                        from lme.models.pricing import cached_input_basis
+
+                        stored["cached_input_price"] = cached_input_basis(spec)
                     refusal = getattr(message, "refusal", None)
                     if refusal and not text:
                         stored["refusal"] = str(refusal)
-                    if self.cache is not None:
-                        self.cache.put(key, spec.model, stored)
-                    if reservation is not None:
-                        done, reservation = reservation, None
-                        assert self.ledger is not None
-                        await asyncio.to_thread(self.ledger.settle, done, usage, stored["cost_usd"], attempt)
+                    # the cache write and the settle (each a committed SQLite transaction) run off the event loop;
+                    # the reservation is taken first, so a cancel from here on cannot release a paid call
+                    done, reservation = reservation, None
+                    if self.cache is not None or done is not None:
+                        await asyncio.to_thread(self._store_and_settle, key, spec.model, stored, done, usage, attempt)
+                    if done is not None:
                         self._pulse_settled()
                     self.calls_made += 1
                     return CallResult(model=spec.model, key=key, **stored)
@@ -365,6 +385,31 @@ class Gateway:
                 self._pulse_settled()
         self.calls_failed += 1
         return CallResult(model=spec.model, key=key, text=None, error=last_error, attempts=attempts)
+
+
+_BOUNDS: dict[tuple[str, str], Any] = {}  # (model spec, prompt digest) -> its CallBound
+_BOUNDS_KEPT = 100_000
+
+
+def _max_call_cost_once(spec: ModelSpec, messages: list[dict[str, Any]]):
+    """`lme.models.pricing.max_call_cost`, remembered per model spec and prompt for this process: counting a
+    100 KB prompt's tokens takes about 10 ms, and the seeds of a study send the same reader prompts."""
+    from lme.models.pricing import max_call_cost
+
+    if not all(message.keys() == {"role", "content"} and isinstance(message["content"], str) for message in messages):
+        return max_call_cost(spec, messages)
+    digest = hashlib.sha256()
+    for message in messages:
+        digest.update(f"{message['role']}\0{len(message['content'])}\0".encode("utf-8"))
+        digest.update(message["content"].encode("utf-8"))
+    slot = (repr(spec), digest.hexdigest())
+    bound = _BOUNDS.get(slot)
+    if bound is None:
+        bound = max_call_cost(spec, messages)
+        if len(_BOUNDS) >= _BOUNDS_KEPT:
+            _BOUNDS.clear()
+        _BOUNDS[slot] = bound
+    return bound
 
 
 def _redact(message: str, secret: str | None) -> str:

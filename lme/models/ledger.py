@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from lme.errors import LmeError
+from lme.models.cache import connect
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
@@ -190,10 +191,8 @@ class Ledger:
         self._pid = os.getpid()
         self._start = _process_start(self._pid)
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(self.path, timeout=60, check_same_thread=False, isolation_level=None)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA busy_timeout=60000")
-        self._conn.execute("PRAGMA synchronous=FULL")
+        # WAL, a busy timeout, synchronous=FULL, and a wait when another process is switching a new file to WAL
+        self._conn = connect(self.path)
         self._conn.executescript(_SCHEMA)
 
     # -- transactions ----------------------------------------------------------------------------

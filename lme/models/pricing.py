@@ -7,6 +7,13 @@ limit in litellm's cost map) at the model's prices (`ModelSpec`'s
 `input_cost_per_token` / `output_cost_per_token` when set, else litellm's cost
 map). Offline models cost nothing. The ledger reserves this amount before a
 call is sent; `lme estimate` prints it before a study is run.
+
+After the call, input tokens the provider served from its prompt cache
+(`usage.prompt_tokens_details.cached_tokens`) are priced at the model's
+cache-read price when one is known (`cache_read_input_token_cost` in litellm's
+cost map, or `cache_read_input_cost_per_token` on a model whose prices are set
+in the config), else at the input price (`cached_input_basis` says which). The
+maximum cost ignores caching: it is an upper bound.
 """
 
 from __future__ import annotations
@@ -26,13 +33,26 @@ INPUT_MARGIN_RATIO = 0.02
 INPUT_MARGIN_TOKENS = 32
 
 
+CACHE_READ = "cache-read"  # cached input tokens priced at the model's cache-read price
+INPUT = "input"  # no cache-read price known: cached input tokens priced as ordinary input
+
+
 @dataclass(frozen=True)
 class Prices:
     input_per_token: float
     output_per_token: float
+    cache_read_per_token: float | None = None  # None: cached input tokens cost the input price
 
-    def dollars(self, input_tokens: int, output_tokens: int) -> float:
-        return input_tokens * self.input_per_token + output_tokens * self.output_per_token
+    @property
+    def cached_input_basis(self) -> str:
+        return INPUT if self.cache_read_per_token is None else CACHE_READ
+
+    def dollars(self, input_tokens: int, output_tokens: int, cached_input_tokens: int = 0) -> float:
+        """`input_tokens` includes the cached ones (as providers count them)."""
+        cached = min(max(0, cached_input_tokens), input_tokens)
+        cached_price = self.input_per_token if self.cache_read_per_token is None else self.cache_read_per_token
+        uncached = input_tokens - cached
+        return uncached * self.input_per_token + cached * cached_price + output_tokens * self.output_per_token
 
 
 FREE = Prices(0.0, 0.0)
@@ -52,12 +72,21 @@ def _model_info(model: str) -> dict[str, Any] | None:
         return None
 
 
+def _optional(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
 def model_prices(spec: ModelSpec) -> Prices | None:
-    """The model's list prices, or None when neither the spec nor litellm's cost map has them."""
+    """The model's list prices, or None when neither the spec nor litellm's cost map has them.
+
+    The cache-read price is the spec's `cache_read_input_cost_per_token` when set; else litellm's
+    `cache_read_input_token_cost`, unless the spec sets its own input price (a cost-map cache-read
+    price is not mixed with a configured input price); else None (cached input at the input price)."""
     if spec.is_offline:
         return FREE
+    cache_read = _optional(spec.cache_read_input_cost_per_token)
     if spec.input_cost_per_token is not None and spec.output_cost_per_token is not None:
-        return Prices(float(spec.input_cost_per_token), float(spec.output_cost_per_token))
+        return Prices(float(spec.input_cost_per_token), float(spec.output_cost_per_token), cache_read)
     info = _model_info(spec.model) or {}
     given_in = spec.input_cost_per_token if spec.input_cost_per_token is not None else info.get("input_cost_per_token")
     given_out = (
@@ -65,7 +94,15 @@ def model_prices(spec: ModelSpec) -> Prices | None:
     )
     if given_in is None or given_out is None:
         return None
-    return Prices(float(given_in), float(given_out))
+    if cache_read is None and spec.input_cost_per_token is None:
+        cache_read = _optional(info.get("cache_read_input_token_cost"))
+    return Prices(float(given_in), float(given_out), cache_read)
+
+
+def cached_input_basis(spec: ModelSpec) -> str | None:
+    """How the model's cached input tokens are priced: `CACHE_READ` or `INPUT`; None when unpriced."""
+    prices = model_prices(spec)
+    return None if prices is None else prices.cached_input_basis
 
 
 def max_output_tokens(spec: ModelSpec) -> int | None:

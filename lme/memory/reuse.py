@@ -1,0 +1,74 @@
+"""Memories kept for the later jobs of one process.
+
+A question's memory depends on the question, the memory's config and the
+retriever's, never on the seed; so the jobs of a multirun that share a process
+(Hydra's basic launcher runs the seeds one after another in the launching
+process) build each question's memory once and reuse it. `ReusedMemory` wraps a
+builder under a digest of everything the memory depends on (`memory_digest`:
+the builder's and retriever's configs and the data file's identity); the store
+is per process and keeps only the digests the current job uses (`keep_only`),
+so a sweep over designs holds one design's memories at a time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lme.data.records import Question
+from lme.memory.base import Memory, MemoryBuilder
+
+_STORE: dict[str, dict[str, Memory]] = {}  # digest -> question id -> memory
+_LOCK = threading.Lock()
+
+
+def file_identity(path: str | Path) -> list[Any]:
+    """The data file as a memory key sees it: resolved path, size and modification time."""
+    resolved = Path(path).resolve()
+    stat = resolved.stat()
+    return [str(resolved), stat.st_size, stat.st_mtime_ns]
+
+
+def memory_digest(*parts: Any) -> str:
+    """SHA-256 of the parts (plain config containers, file identities) as canonical JSON."""
+    text = json.dumps(parts, sort_keys=True, ensure_ascii=False, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class ReusedMemory:
+    """A memory builder whose memories stay in the process for the later jobs with the same digest."""
+
+    builder: MemoryBuilder
+    digest: str
+
+    @property
+    def name(self) -> str:
+        return self.builder.name
+
+    def build(self, question: Question) -> Memory:
+        with _LOCK:
+            memories = _STORE.setdefault(self.digest, {})
+            memory = memories.get(question.question_id)
+        if memory is None:
+            memory = self.builder.build(question)
+            with _LOCK:
+                memories[question.question_id] = memory
+        return memory
+
+
+def keep_only(digests: set[str]) -> None:
+    """Drop the memories of every digest not in `digests` (called at a job's start)."""
+    with _LOCK:
+        for digest in [d for d in _STORE if d not in digests]:
+            del _STORE[digest]
+
+
+def stored() -> int:
+    """How many memories the process holds."""
+    with _LOCK:
+        return sum(len(memories) for memories in _STORE.values())
