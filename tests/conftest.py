@@ -34,15 +34,17 @@ def loopback():
 
 @pytest.fixture(scope="session")
 def warm_litellm() -> None:
-    """Import litellm and make one loopback call, so its seconds of start-up are paid once, in setup."""
+    """Import litellm and make one loopback call, so its seconds of start-up are paid once, in setup. The call
+    meets one 429 first, so litellm's error path (its exception mapping loads lazily, about half a second) is
+    warm too and timing tests of retries measure the retry, not that load."""
     import asyncio
 
     from lme.models.gateway import Gateway, ModelSpec
 
-    with pytest.MonkeyPatch.context() as patch, LoopbackServer(reply="warm") as server:
+    with pytest.MonkeyPatch.context() as patch, LoopbackServer(reply="warm", faults=[("429",)]) as server:
         patch.setenv(TEST_KEY_ENV, TEST_KEY)
         spec = ModelSpec(
-            model="openai/gpt-4o-mini", api_base=server.base_url, api_key_env=TEST_KEY_ENV, max_attempts=1, timeout_s=10
+            model="openai/gpt-4o-mini", api_base=server.base_url, api_key_env=TEST_KEY_ENV, max_attempts=2, timeout_s=10
         )
         result = asyncio.run(Gateway().complete(spec, [{"role": "user", "content": "warm up"}], seed=None))
         assert result.ok, result.error

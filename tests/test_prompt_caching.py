@@ -35,6 +35,7 @@ from lme.models.pricing import CACHE_READ, INPUT, Prices, model_prices
 from lme.report import DesignRuns, JobOutcomes, build_report, cost_table, report_json
 from lme.retrieval.fts5 import FTS5Retriever
 from lme.run import CallStats, Journal, run_questions
+from judging import OFFLINE_TEMPLATES
 
 DESIGNS = ("bm25", "bm25_lucene", "first_pass", "hybrid", "pipeline", "pipeline_arbiter", "pipeline_counting",
            "pipeline_current_state", "semantic")
@@ -184,13 +185,6 @@ def test_model_prices_take_the_cache_read_price_from_the_cost_map_or_the_config(
 
 # --- end to end: loopback -> litellm -> gateway -> ledger, call stats, metrics, cost table ------------
 
-OFFLINE_TEMPLATES = {
-    "abstention": "Question: {}\n\nExplanation: {}\n\nModel Response: {}\n\nDeclines?",
-    "ssu_ssa_multisession": "Question: {}\n\nCorrect Answer: {}\n\nModel Response: {}\n\nCorrect?",
-    "temporal_reasoning": "Question: {}\n\nCorrect Answer: {}\n\nModel Response: {}\n\nCorrect?",
-    "knowledge_update": "Question: {}\n\nCorrect Answer: {}\n\nModel Response: {}\n\nCorrect?",
-    "single_session_preference": "Question: {}\n\nRubric: {}\n\nModel Response: {}\n\nCorrect?",
-}
 
 
 def prompt_words(messages: list[dict]) -> list[str]:

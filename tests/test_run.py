@@ -17,14 +17,8 @@ from lme.models.gateway import Gateway, ModelSpec
 from lme.models.offline import JUDGE_MODEL, READER_MODEL
 from lme.retrieval.fts5 import FTS5Retriever
 from lme.run import Journal, run_questions
+from judging import OFFLINE_TEMPLATES
 
-OFFLINE_TEMPLATES = {
-    "abstention": "Question: {}\n\nExplanation: {}\n\nModel Response: {}\n\nDeclines?",
-    "ssu_ssa_multisession": "Question: {}\n\nCorrect Answer: {}\n\nModel Response: {}\n\nCorrect?",
-    "temporal_reasoning": "Question: {}\n\nCorrect Answer: {}\n\nModel Response: {}\n\nCorrect?",
-    "knowledge_update": "Question: {}\n\nCorrect Answer: {}\n\nModel Response: {}\n\nCorrect?",
-    "single_session_preference": "Question: {}\n\nRubric: {}\n\nModel Response: {}\n\nCorrect?",
-}
 
 
 @pytest.fixture()

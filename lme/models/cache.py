@@ -9,7 +9,7 @@ process killed mid-write leaves the entry either whole or absent, never half.
 
 Several processes on one machine (the jobs of a joblib or Ray sweep) share one
 file safely: WAL lets readers run beside the one writer, and every connection
-waits up to `BUSY_TIMEOUT_S` for a lock instead of failing with `database is
+waits up to `lme.sqlite.BUSY_TIMEOUT_S` for a lock instead of failing with `database is
 locked`. SQLite's locks do not hold on network filesystems (NFS, SMB), so
 machines do not share one file: each keeps its own cache on local disk and
 `merge_caches` (`python -m lme cache merge`) folds them into one afterwards.
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-BUSY_TIMEOUT_S = 60.0  # how long a connection waits for another process's lock
+from lme.sqlite import connect
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
@@ -46,25 +46,6 @@ def call_key(model: str, messages: list[dict[str, Any]], params: dict[str, Any],
         separators=(",", ":"),
     )
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
-
-
-def connect(path: str | Path) -> sqlite3.Connection:
-    """An autocommit connection in WAL mode with a busy timeout, synchronous=FULL (each write is on
-    disk when it returns). Safe when many processes open a new file at the same moment."""
-    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None)
-    conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
-    # Switching to WAL takes a write lock; a process that finds the file being switched by another waits.
-    deadline = time.monotonic() + BUSY_TIMEOUT_S
-    while True:
-        try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            break
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.01)
-    conn.execute("PRAGMA synchronous=FULL")
-    return conn
 
 
 def merge_caches(target: str | Path, sources: list[str | Path]) -> dict[str, int]:

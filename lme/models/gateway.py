@@ -18,7 +18,6 @@ litellm is imported lazily: it takes seconds to import.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 import random
 import time
@@ -311,7 +310,7 @@ class Gateway:
             if paid or (limits is not None and limits.counts_tokens):
                 from lme.models.pricing import max_call_cost, require_bound
 
-                bound = await asyncio.to_thread(_max_call_cost_once, spec, messages)
+                bound = await asyncio.to_thread(max_call_cost, spec, messages)
                 request_tokens = bound.input_tokens + bound.output_tokens
                 if paid:
                     caps_dollars = self.budget is not None and self.budget.caps_dollars
@@ -385,31 +384,6 @@ class Gateway:
                 self._pulse_settled()
         self.calls_failed += 1
         return CallResult(model=spec.model, key=key, text=None, error=last_error, attempts=attempts)
-
-
-_BOUNDS: dict[tuple[str, str], Any] = {}  # (model spec, prompt digest) -> its CallBound
-_BOUNDS_KEPT = 100_000
-
-
-def _max_call_cost_once(spec: ModelSpec, messages: list[dict[str, Any]]):
-    """`lme.models.pricing.max_call_cost`, remembered per model spec and prompt for this process: counting a
-    100 KB prompt's tokens takes about 10 ms, and the seeds of a study send the same reader prompts."""
-    from lme.models.pricing import max_call_cost
-
-    if not all(message.keys() == {"role", "content"} and isinstance(message["content"], str) for message in messages):
-        return max_call_cost(spec, messages)
-    digest = hashlib.sha256()
-    for message in messages:
-        digest.update(f"{message['role']}\0{len(message['content'])}\0".encode("utf-8"))
-        digest.update(message["content"].encode("utf-8"))
-    slot = (repr(spec), digest.hexdigest())
-    bound = _BOUNDS.get(slot)
-    if bound is None:
-        bound = max_call_cost(spec, messages)
-        if len(_BOUNDS) >= _BOUNDS_KEPT:
-            _BOUNDS.clear()
-        _BOUNDS[slot] = bound
-    return bound
 
 
 def _redact(message: str, secret: str | None) -> str:

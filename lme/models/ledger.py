@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from lme.errors import LmeError
-from lme.models.cache import connect
+from lme.sqlite import connect
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (

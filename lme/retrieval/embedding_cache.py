@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from lme.errors import LmeError
+from lme.sqlite import connect
 
 Encode = Callable[[list[str]], np.ndarray]  # texts -> float array of shape (len(texts), dim)
 
@@ -110,10 +111,7 @@ class EmbeddingCache:
                 conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                conn = sqlite3.connect(self.path, timeout=self.timeout_s, check_same_thread=False, isolation_level=None)
-                conn.execute(f"PRAGMA busy_timeout={int(self.timeout_s * 1000)}")
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute("PRAGMA synchronous=NORMAL")
+                conn = connect(self.path, self.timeout_s, synchronous="NORMAL")
             conn.execute(_SCHEMA)
         except (OSError, sqlite3.Error) as exc:
             raise LmeError(f"{self.path}: cannot open the embedding cache ({exc}).") from None

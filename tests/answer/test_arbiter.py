@@ -19,7 +19,7 @@ from lme.models.offline import JUDGE_MODEL
 from lme.retrieval.fts5 import FTS5Retriever
 from lme.run import CallStats
 
-from .test_steps import OFFLINE_TEMPLATES
+from judging import OFFLINE_TEMPLATES
 
 
 def test_disagreement_is_decided_on_normalised_answer_text():

@@ -24,15 +24,9 @@ from lme.models.gateway import Gateway, ModelSpec
 from lme.models.offline import DECLINE_ANSWER, JUDGE_MODEL, READER_MODEL
 from lme.retrieval.fts5 import FTS5Retriever
 from lme.run import CallStats, Outcome, answer_question
+from judging import OFFLINE_TEMPLATES
 
 CONF = Path(lme.__file__).parent / "conf"
-OFFLINE_TEMPLATES = {
-    "abstention": "Question: {}\n\nExplanation: {}\n\nModel Response: {}\n\nDeclines?",
-    "ssu_ssa_multisession": "Question: {}\n\nCorrect Answer: {}\n\nModel Response: {}\n\nCorrect?",
-    "temporal_reasoning": "Question: {}\n\nCorrect Answer: {}\n\nModel Response: {}\n\nCorrect?",
-    "knowledge_update": "Question: {}\n\nCorrect Answer: {}\n\nModel Response: {}\n\nCorrect?",
-    "single_session_preference": "Question: {}\n\nRubric: {}\n\nModel Response: {}\n\nCorrect?",
-}
 STEP_FIELDS = ["rule", "view", "instruction_sha256", "chosen", "reread", "failed", "error", "step_answer", "answer",
                "correct", "reader", "judge"]
 
