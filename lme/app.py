@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import sys
+import threading
 from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
@@ -80,6 +81,7 @@ def load_dataset(cfg: DictConfig) -> tuple[Path, list]:
 
 
 _LOADED: dict[tuple[str, int, int], list] = {}  # at most one file: the jobs of a multirun in this process share it
+_LOADING = threading.Lock()  # one load at a time: a job waits for a prefetch of its file instead of loading it again
 
 
 def load_questions_once(path: Path) -> list:
@@ -87,10 +89,33 @@ def load_questions_once(path: Path) -> list:
     from lme.memory.reuse import file_identity
 
     key = tuple(file_identity(path))
-    if key not in _LOADED:
-        _LOADED.clear()  # free the previous file before loading the next
-        _LOADED[key] = load_questions(path)  # type: ignore[index]
-    return _LOADED[key]  # type: ignore[index]
+    with _LOADING:
+        if key not in _LOADED:
+            _LOADED.clear()  # free the previous file before loading the next
+            _LOADED[key] = load_questions(path)  # type: ignore[index]
+        return _LOADED[key]  # type: ignore[index]
+
+
+def prefetch_dataset(cfg: DictConfig) -> threading.Thread | None:
+    """Start loading `cfg`'s dataset file (all held, not streamed) in a background thread, for the jobs
+    this process will run: the multirun parent's MLflow set-up runs meanwhile, and most of a load (xz
+    decompression) runs beside it on another core. A load that fails is left to the job, which loads
+    the file again and says what is wrong."""
+    if cfg.dataset.get("stream"):
+        return None
+    path = Path(str(cfg.dataset.path)).expanduser()
+    if not path.is_file():
+        return None
+
+    def load() -> None:
+        try:
+            load_questions_once(path)
+        except Exception:  # noqa: BLE001 - reported by the job's own load
+            pass
+
+    thread = threading.Thread(target=load, name="lme-prefetch", daemon=True)
+    thread.start()
+    return thread
 
 
 class StreamedQuestions:
@@ -254,7 +279,8 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
     journal = Journal(out_dir / OUTCOMES_ARTIFACT)
     cache = CallCache(Path(str(cfg.cache_dir)) / "calls.sqlite")
     ledger = open_ledger(cfg, str(cfg.budget.job or out_dir.resolve()))  # a resumed job keeps its name
-    gateway = Gateway(cache, ledger=ledger, budget=Budget.from_config(cfg.budget))
+    gateway = Gateway(cache, ledger=ledger, budget=Budget.from_config(cfg.budget),
+                      calls_in_flight=cfg.get("calls_in_flight"))
 
     params = params_from_config(container)  # refuses a key-like value before any MLflow run exists
     settings = TrackingSettings(**container["tracking"])  # type: ignore[arg-type]
@@ -402,7 +428,8 @@ def run_arbiter(
     try:
         outcomes = asyncio.run(arbitrate(
             questions, answers, builder, build_reader(cfg), instruction, build_judge(cfg),
-            Gateway(cache, ledger=ledger, budget=Budget.from_config(cfg.budget)), seed,
+            Gateway(cache, ledger=ledger, budget=Budget.from_config(cfg.budget),
+                    calls_in_flight=cfg.get("calls_in_flight")), seed,
             concurrency=int(cfg.concurrency),
         ))
     finally:

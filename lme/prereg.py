@@ -53,6 +53,7 @@ RUN_ONLY_PATHS: tuple[str, ...] = (
     "data_dir",
     "verbose",
     "concurrency",
+    "calls_in_flight",
     "prereg",
     "budget",  # spending caps and the ledger: how far a run may go, not what it measures
     "dataset.path",  # the file's SHA-256 and the selected ids are recorded instead

@@ -251,6 +251,15 @@ def job_overrides(parent_id: str | None, sweep_dir: str, environ: Mapping[str, s
     return overrides
 
 
+BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
+
+
+def runs_jobs_here(config: Any) -> bool:
+    """Whether the sweep's jobs run in this process, one after another (Hydra's basic launcher)."""
+    launcher = config.hydra.get("launcher") if config.get("hydra") is not None else None
+    return launcher is not None and str(launcher.get("_target_", "")) == BASIC_LAUNCHER
+
+
 class MultirunParent(_HydraCallback):
     """Hydra callback: a parent MLflow run around a multirun, with across-seed measures at the end.
 
@@ -261,12 +270,14 @@ class MultirunParent(_HydraCallback):
     def __init__(self) -> None:
         self.parent: JobRun | None = None
         self.settings: TrackingSettings | None = None
+        self.prefetch: Any = None  # the thread loading the data file for this process's jobs, if any
 
     def __getstate__(self) -> dict[str, Any]:
         return {"settings": self.settings}  # the parent's client (open connections) stays in the launching process
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.parent = None
+        self.prefetch = None
         self.settings = state.get("settings")
 
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
@@ -274,6 +285,14 @@ class MultirunParent(_HydraCallback):
 
         tracking = OmegaConf.to_container(config.tracking, resolve=True)
         self.settings = TrackingSettings(**tracking)  # type: ignore[arg-type]
+        if runs_jobs_here(config):  # the jobs will load the data file in this process: start now
+            from lme.app import prefetch_dataset
+
+            self.prefetch = prefetch_dataset(config)
+            if self.prefetch is not None:  # import litellm now, while the file decompresses on another core,
+                from lme.models.gateway import _import_litellm  # not on the event loop at the first call
+
+                _import_litellm()
         if self.settings.enabled:
             overrides = list(config.hydra.overrides.task)
             self.parent = JobRun(

@@ -7,7 +7,11 @@ a fresh process, on the real LongMemEval-S file (or its first N questions), with
 the GPT-5 mini reader and the LongMemEval judge (`reader=gpt5_mini
 judge=longmemeval`, the official templates from the data folder) pointed at the
 loopback OpenAI-compatible server (`scripts/loopback_server.py`, in this
-process) that answers every call after `latency` seconds. Everything a paid
+process) that answers every call after `latency` seconds. C is the provider's
+limit on calls in flight, reader and judge together (`calls_in_flight=C`, each
+model's `concurrency=C`); the study keeps 2C questions in flight
+(`concurrency=2C`), so that while C calls are out other questions build their
+memory, count tokens and settle, as a user tuning for throughput would set it. Everything a paid
 study does happens: litellm, the call cache, the spending ledger (the models'
 list prices from litellm's cost map), the journal, and MLflow tracking into a
 temporary SQLite store (with the multirun parent). The cache directory is a
@@ -61,6 +65,7 @@ STAGE = "orchestration"
 KEY_ENV = "LME_BENCH_KEY"
 FAKE_KEY = "bench-not-a-key"
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "longmemeval" / "longmemeval_s_cleaned.json.xz"
+QUESTIONS_PER_SLOT = 2  # questions in flight per call slot: some build memory or settle while the slots are busy
 RATIO_TARGET = 1.2  # the study's wall time within 1.2x of the ideal (at C = 32)
 OVERHEAD_TARGET_MS = 20.0  # lme's own time per question (and seed) at zero latency
 PROFILE_RATE_HZ = 100
@@ -109,7 +114,7 @@ def study_command(data_path: Path, work: Path, base_url: str, questions: int | N
     command = [
         sys.executable, "-m", "lme", "+design=bm25", "-m", f"seed={','.join(str(s) for s in range(1, seeds + 1))}",
         f"dataset.path={data_path}", f"hydra.sweep.dir={work / 'sweep'}", f"cache_dir={work / 'cache'}",
-        f"concurrency={concurrency}", "reader=gpt5_mini", *judge,
+        f"concurrency={QUESTIONS_PER_SLOT * concurrency}", f"calls_in_flight={concurrency}", "reader=gpt5_mini", *judge,
     ]
     if questions is not None:
         command.append(f"limit={questions}")
@@ -360,7 +365,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--questions", type=int, default=500, help="questions (default 500: all of S)")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--latency", type=float, default=0.5, help="seconds per call at the server (default 0.5)")
-    parser.add_argument("--concurrency", type=int, default=32, help="questions and calls in flight (default 32)")
+    parser.add_argument("--concurrency", type=int, default=32,
+                        help="calls in flight, over reader and judge together (default 32); questions in flight: twice that")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--no-tracking", action="store_true", help="run with tracking.enabled=false")
     parser.add_argument("--no-profile", action="store_true", help="no py-spy breakdown of the zero-latency run")

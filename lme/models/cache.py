@@ -102,10 +102,14 @@ class CallCache:
         self._lock = threading.Lock()
         self._conn = connect(self.path)
         self._conn.execute(_SCHEMA)
+        # lookups on a connection of their own: in WAL mode a reader never waits for the writer, so a
+        # lookup on the event loop does not stall behind a write's commit in a worker thread
+        self._read_lock = threading.Lock()
+        self._reader = connect(self.path)
 
     def get(self, key: str) -> dict[str, Any] | None:
-        with self._lock:
-            row = self._conn.execute("SELECT response FROM calls WHERE key = ?", (key,)).fetchone()
+        with self._read_lock:
+            row = self._reader.execute("SELECT response FROM calls WHERE key = ?", (key,)).fetchone()
         return None if row is None else json.loads(row[0])
 
     def put(self, key: str, model: str, response: dict[str, Any]) -> None:
@@ -121,5 +125,7 @@ class CallCache:
             return self._conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0]
 
     def close(self) -> None:
+        with self._read_lock:
+            self._reader.close()
         with self._lock:
             self._conn.close()

@@ -1,7 +1,10 @@
 """Every model call goes through `Gateway.complete`.
 
-It looks the request up in the call cache, limits concurrency per model (and,
-optionally, requests and tokens per minute), reserves the call's maximum cost in
+It looks the request up in the call cache, limits the requests in flight per
+model (`ModelSpec.concurrency`) and, optionally, across every model
+(`calls_in_flight`: one provider account serving reader and judge), and
+requests and tokens per minute; a request holds its place only while it is out,
+not while its tokens are counted, its cost reserved or its answer stored. It reserves the call's maximum cost in
 the spending ledger within the caps (`lme.models.ledger`; `BudgetExhausted` when
 the caps leave no room), retries transient failures with exponential backoff
 and jitter (honouring `Retry-After`), bounds the attempts and the time per call,
@@ -18,10 +21,13 @@ litellm is imported lazily: it takes seconds to import.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
+import threading
 import time
 from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from lme.errors import LmeError
@@ -188,8 +194,12 @@ class Gateway:
         rng: random.Random | None = None,
         ledger: Ledger | None = None,
         budget: Budget | None = None,
+        calls_in_flight: int | None = None,
     ) -> None:
+        if calls_in_flight is not None and int(calls_in_flight) < 1:
+            raise LmeError(f"calls_in_flight must be a positive number of calls or null, got {calls_in_flight}.")
         self.cache = cache
+        self.calls_in_flight = None if calls_in_flight is None else int(calls_in_flight)
         self.ledger = ledger
         self.budget = budget
         self._rng = rng or random.Random()
@@ -204,11 +214,23 @@ class Gateway:
         if ledger is not None:
             self.recovered = ledger.recover(cache.get if cache is not None else None)
 
-    def _semaphore(self, spec: ModelSpec) -> asyncio.Semaphore:
-        slot = (id(asyncio.get_running_loop()), spec.model)
+    def _semaphore(self, spec: ModelSpec | None) -> asyncio.Semaphore:
+        """The event loop's semaphore of `spec`'s model, or (None) of every model together."""
+        slot = (id(asyncio.get_running_loop()), spec.model if spec is not None else "")
         if slot not in self._semaphores:
-            self._semaphores[slot] = asyncio.Semaphore(max(1, spec.concurrency))
+            size = spec.concurrency if spec is not None else (self.calls_in_flight or 1)
+            self._semaphores[slot] = asyncio.Semaphore(max(1, size))
         return self._semaphores[slot]
+
+    @contextlib.asynccontextmanager
+    async def _slot(self, spec: ModelSpec) -> AsyncIterator[None]:
+        """A place for one request: within its model's `concurrency` and the gateway's `calls_in_flight`."""
+        async with self._semaphore(spec):
+            if self.calls_in_flight is None:
+                yield
+            else:
+                async with self._semaphore(None):
+                    yield
 
     def _rate_limits(self, spec: ModelSpec) -> RateLimits | None:
         if spec.requests_per_minute is None and spec.tokens_per_minute is None:
@@ -250,8 +272,7 @@ class Gateway:
         delay, next_recovery = 0.01, time.monotonic() + 5.0
         waited = False
         while True:
-            # synchronous on purpose: a task cancelled here must not leave a reservation behind
-            reservation = self.ledger.reserve(spec.model, key, dollars, self.budget)
+            reservation = await self._reserve_once(spec, key, dollars)
             stored = self.cache.get(key) if waited and self.cache is not None else None
             if stored is not None:  # answered by another process while we waited
                 if reservation is not None:
@@ -268,6 +289,38 @@ class Gateway:
                 cache_get = self.cache.get if self.cache is not None else None
                 await asyncio.to_thread(self.ledger.recover, cache_get)
                 next_recovery = time.monotonic() + 5.0
+
+    async def _reserve_once(self, spec: ModelSpec, key: str, dollars: float) -> Reservation | None:
+        """`Ledger.reserve` in a worker thread (its committed write, and any wait for the ledger's lock,
+        off the event loop). A task cancelled meanwhile leaves no reservation behind: whichever side
+        learns of the other second, the worker (cancelled before it returned) or this task (cancelled
+        after), takes the reservation back."""
+        assert self.ledger is not None
+        ledger, handover = self.ledger, threading.Lock()
+        abandoned = False
+        handed: list[Reservation] = []
+
+        def reserve() -> Reservation | None:
+            reservation = ledger.reserve(spec.model, key, dollars, self.budget)
+            with handover:
+                if not abandoned:
+                    if reservation is not None:
+                        handed.append(reservation)
+                    return reservation
+            if reservation is not None:
+                ledger.cancel(reservation)
+            return None
+
+        future = asyncio.ensure_future(asyncio.to_thread(reserve))
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            with handover:
+                abandoned = True
+                orphan = handed[0] if handed else None
+            if orphan is not None:
+                ledger.cancel(orphan)
+            raise
 
     def _settle_event(self) -> asyncio.Event:
         loop = id(asyncio.get_running_loop())
@@ -304,28 +357,31 @@ class Gateway:
         attempts = 0
         limits = self._rate_limits(spec)
         paid = self.ledger is not None and not spec.is_offline
-        async with self._semaphore(spec):
-            request_tokens = 0
-            reserve_dollars = 0.0
-            if paid or (limits is not None and limits.counts_tokens):
-                from lme.models.pricing import max_call_cost, require_bound
+        request_tokens = 0
+        reserve_dollars = 0.0
+        if paid or (limits is not None and limits.counts_tokens):
+            from lme.models.pricing import max_call_cost, require_bound
 
+            if _message_chars(messages) <= INLINE_BOUND_CHARS:  # a judge's prompt: counted faster than a hop
+                bound = max_call_cost(spec, messages)
+            else:  # tokenizing a long prompt takes milliseconds: off the event loop
                 bound = await asyncio.to_thread(max_call_cost, spec, messages)
-                request_tokens = bound.input_tokens + bound.output_tokens
-                if paid:
-                    caps_dollars = self.budget is not None and self.budget.caps_dollars
-                    reserve_dollars = require_bound(spec, bound) if caps_dollars else (bound.dollars or 0.0)
-            reservation = await self._reserve(spec, key, reserve_dollars) if paid else None
-            if isinstance(reservation, dict):  # another process made this call meanwhile
-                self.calls_cached += 1
-                return CallResult(model=spec.model, key=key, cached=True, **reservation)
-            in_flight = False  # a request is out and unanswered (if cancelled now, it may still be billed)
-            try:
-                for attempt in range(1, max(1, spec.max_attempts) + 1):
-                    attempts = attempt
-                    if limits is not None:
-                        await limits.acquire(request_tokens)
-                    try:
+            request_tokens = bound.input_tokens + bound.output_tokens
+            if paid:
+                caps_dollars = self.budget is not None and self.budget.caps_dollars
+                reserve_dollars = require_bound(spec, bound) if caps_dollars else (bound.dollars or 0.0)
+        reservation = await self._reserve(spec, key, reserve_dollars) if paid else None
+        if isinstance(reservation, dict):  # another process made this call meanwhile
+            self.calls_cached += 1
+            return CallResult(model=spec.model, key=key, cached=True, **reservation)
+        in_flight = False  # a request is out and unanswered (if cancelled now, it may still be billed)
+        try:
+            for attempt in range(1, max(1, spec.max_attempts) + 1):
+                attempts = attempt
+                if limits is not None:
+                    await limits.acquire(request_tokens)
+                try:
+                    async with self._slot(spec):  # a slot is held by the request only, not by the bookkeeping
                         in_flight = True
                         response = await asyncio.wait_for(
                             litellm.acompletion(
@@ -334,56 +390,64 @@ class Gateway:
                             timeout=spec.timeout_s + 5,
                         )
                         in_flight = False
-                    except Exception as exc:
-                        in_flight = False
-                        name = type(exc).__name__
-                        last_error = f"{name}: {_redact(str(exc), kwargs.get('api_key'))}"[:500]
-                        retryable = name in _RETRYABLE or isinstance(exc, asyncio.TimeoutError)
-                        if not retryable or attempt == spec.max_attempts:
-                            break
-                        delay = _retry_after(exc)
-                        if delay is not None:
-                            delay = min(delay, spec.retry_after_max_s)
-                        else:
-                            delay = min(spec.backoff_max_s, spec.backoff_base_s * 2 ** (attempt - 1))
-                            delay *= 0.5 + self._rng.random()  # jitter
-                        await asyncio.sleep(delay)
-                        continue
-                    message = response.choices[0].message
-                    text = message.content
-                    usage = _usage_numbers(getattr(response, "usage", None))
-                    stored: dict[str, Any] = {"text": text if text is not None else "", "attempts": attempt, **usage}
-                    stored["cost_usd"] = _price(spec, response, usage)
-                    if usage["cached_input_tokens"] and stored["cost_usd"] is not None:
-                        from lme.models.pricing import cached_input_basis
+                except Exception as exc:
+                    in_flight = False
+                    name = type(exc).__name__
+                    last_error = f"{name}: {_redact(str(exc), kwargs.get('api_key'))}"[:500]
+                    retryable = name in _RETRYABLE or isinstance(exc, asyncio.TimeoutError)
+                    if not retryable or attempt == spec.max_attempts:
+                        break
+                    delay = _retry_after(exc)
+                    if delay is not None:
+                        delay = min(delay, spec.retry_after_max_s)
+                    else:
+                        delay = min(spec.backoff_max_s, spec.backoff_base_s * 2 ** (attempt - 1))
+                        delay *= 0.5 + self._rng.random()  # jitter
+                    await asyncio.sleep(delay)
+                    continue
+                message = response.choices[0].message
+                text = message.content
+                usage = _usage_numbers(getattr(response, "usage", None))
+                stored: dict[str, Any] = {"text": text if text is not None else "", "attempts": attempt, **usage}
+                stored["cost_usd"] = _price(spec, response, usage)
+                if usage["cached_input_tokens"] and stored["cost_usd"] is not None:
+                    from lme.models.pricing import cached_input_basis
 
-                        stored["cached_input_price"] = cached_input_basis(spec)
-                    refusal = getattr(message, "refusal", None)
-                    if refusal and not text:
-                        stored["refusal"] = str(refusal)
-                    # the cache write and the settle (each a committed SQLite transaction) run off the event loop;
-                    # the reservation is taken first, so a cancel from here on cannot release a paid call
-                    done, reservation = reservation, None
-                    if self.cache is not None or done is not None:
-                        await asyncio.to_thread(self._store_and_settle, key, spec.model, stored, done, usage, attempt)
-                    if done is not None:
-                        self._pulse_settled()
-                    self.calls_made += 1
-                    return CallResult(model=spec.model, key=key, **stored)
-            except BaseException:
-                if reservation is not None and self.ledger is not None:
-                    if in_flight:  # cancelled mid-request: it may have been billed
-                        self.ledger.release(reservation, "interrupted", attempts)
-                    else:  # cancelled between attempts: nothing is out
-                        self.ledger.cancel(reservation)
-                    reservation = None
+                    stored["cached_input_price"] = cached_input_basis(spec)
+                refusal = getattr(message, "refusal", None)
+                if refusal and not text:
+                    stored["refusal"] = str(refusal)
+                # the cache write and the settle (each a committed SQLite transaction) run off the event loop;
+                # the reservation is taken first, so a cancel from here on cannot release a paid call
+                done, reservation = reservation, None
+                if self.cache is not None or done is not None:
+                    await asyncio.to_thread(self._store_and_settle, key, spec.model, stored, done, usage, attempt)
+                if done is not None:
                     self._pulse_settled()
-                raise
+                self.calls_made += 1
+                return CallResult(model=spec.model, key=key, **stored)
+        except BaseException:
             if reservation is not None and self.ledger is not None:
-                await asyncio.to_thread(self.ledger.release, reservation, "failed", attempts)
+                if in_flight:  # cancelled mid-request: it may have been billed
+                    self.ledger.release(reservation, "interrupted", attempts)
+                else:  # cancelled between attempts: nothing is out
+                    self.ledger.cancel(reservation)
+                reservation = None
                 self._pulse_settled()
+            raise
+        if reservation is not None and self.ledger is not None:
+            await asyncio.to_thread(self.ledger.release, reservation, "failed", attempts)
+            self._pulse_settled()
         self.calls_failed += 1
         return CallResult(model=spec.model, key=key, text=None, error=last_error, attempts=attempts)
+
+
+INLINE_BOUND_CHARS = 4_000  # a prompt this short is counted on the event loop (well under a millisecond)
+
+
+def _message_chars(messages: list[dict[str, Any]]) -> int:
+    return sum(len(content) if isinstance(content := message.get("content"), str) else len(str(content))
+               for message in messages)
 
 
 def _redact(message: str, secret: str | None) -> str:

@@ -13,6 +13,7 @@ import litellm
 import pytest
 from loopback import LoopbackServer
 
+from lme.errors import LmeError
 from lme.models.cache import CallCache
 from lme.models.gateway import Gateway, ModelSpec
 
@@ -225,6 +226,24 @@ def test_concurrency_limit_per_model():
         assert len(server.requests) == 6
         assert server.max_in_flight == 2
     assert all(result.ok for result in results)
+
+
+def test_calls_in_flight_bound_every_model_together():
+    """Reader and judge on one provider account: each model allows 4, the gateway 3 in all."""
+    with LoopbackServer(reply="ok", latency_s=0.2) as server:
+        gateway = Gateway(calls_in_flight=3)
+        reader, judge = spec_for(server, concurrency=4), spec_for(server, model="openai/gpt-4o", concurrency=4)
+
+        async def both():
+            return await asyncio.gather(*(
+                gateway.complete(spec, MESSAGES, seed=seed) for seed in range(5) for spec in (reader, judge)
+            ))
+
+        results = asyncio.run(both())
+        assert len(server.requests) == 10 and server.max_in_flight == 3
+    assert all(result.ok for result in results)
+    with pytest.raises(LmeError, match="calls_in_flight"):
+        Gateway(calls_in_flight=0)
 
 
 def test_identical_concurrent_calls_are_sent_once():

@@ -12,6 +12,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 from loopback import LoopbackServer
@@ -289,6 +290,35 @@ def test_a_call_cancelled_before_it_is_sent_leaves_no_row(ledger):
         asyncio.run(second_waits_then_is_cancelled())
         assert len(server.requests) == 1
     assert [row["status"] for row in ledger.rows()] == ["paid"] and ledger.open_reservations() == 0
+
+
+def test_a_reservation_waits_for_the_ledger_off_the_event_loop_and_a_cancel_leaves_none(ledger):
+    """Another process holds the ledger's write lock: the reservation waits in a worker thread while the
+    event loop keeps running, and a task cancelled meanwhile leaves no reservation once the lock is free."""
+    with LoopbackServer(reply="ok") as server:
+        spec = spec_for(server)
+        gateway = Gateway(ledger=ledger)
+        other = sqlite3.connect(ledger.path, timeout=0, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # a writer elsewhere: reserve() waits out its busy timeout
+
+        async def cancel_while_waiting() -> float:
+            task = asyncio.create_task(gateway.complete(spec, messages(0), seed=1))
+            started = time.monotonic()
+            for _ in range(50):  # the loop keeps running while the reservation waits
+                await asyncio.sleep(0.01)
+            ticking = time.monotonic() - started
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            other.execute("ROLLBACK")  # the waiting reserve() now goes through, and is taken back
+            return ticking
+
+        try:
+            assert asyncio.run(cancel_while_waiting()) < 5.0  # asyncio.run waits for the worker thread
+        finally:
+            other.close()
+        assert server.requests == []
+    assert ledger.rows() == [] and ledger.open_reservations() == 0
 
 
 # -- recovery after a killed process ---------------------------------------------------------------

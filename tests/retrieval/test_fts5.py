@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from pathlib import Path
 
@@ -191,3 +192,39 @@ def test_recall_at_100_on_mini_file() -> None:
     assert len(answerable) == 12
     assert hits >= 11  # measured 12/12
     assert mean_ms < 500  # measured ~15 ms; loose so a slow machine does not fail it
+
+
+def _row_by_row_index(turns) -> sqlite3.Connection:
+    """The plain way to build the same index (one INSERT per turn): the reference for the one-statement build."""
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE VIRTUAL TABLE turns USING fts5(turn_id UNINDEXED, content, tokenize = 'porter unicode61')")
+    with conn:
+        conn.executemany("INSERT INTO turns(rowid, turn_id, content) VALUES (?, ?, ?)",
+                         ((i, turn.turn_id, turn.content) for i, turn in enumerate(turns)))
+    return conn
+
+
+TRICKY = [
+    [("user", 'She said "it\'s fine" \\ then left; 50% of it\nwas\ttabs.'), ("assistant", "")],
+    [("user", "Café naïve 東京 emoji 🚲 bicycle, \u2028 line separator"), ("assistant", "[1, 2] {\"a\": 1} ->> $[0]")],
+]
+WITH_NUL = [[("user", "a NUL \x00 byte in the middle of a bicycle message"), ("assistant", "fine")]]
+
+
+@pytest.mark.skipif(not MINI.exists(), reason=f"{MINI} is absent")
+def test_one_statement_index_equals_the_row_by_row_index() -> None:
+    """Every row, rowid and score is what one INSERT per turn gives, on tricky text and on real histories."""
+    tricky = make_question("tricky", TRICKY + FILLER)
+    with_nul = make_question("nul", WITH_NUL + FILLER)
+    for question in [tricky, with_nul, *load_questions(MINI)[:4]]:
+        turns = question.turns()
+        ours, reference = build_index(turns), _row_by_row_index(turns)
+        try:
+            dump = "SELECT rowid, turn_id, content FROM turns ORDER BY rowid"
+            assert ours.execute(dump).fetchall() == reference.execute(dump).fetchall()
+            assert len(ours.execute(dump).fetchall()) == len(turns)
+            for query in (question.question, "bicycle tabs fine", "emoji café"):
+                assert search(ours, query, 100) == search(reference, query, 100)
+        finally:
+            ours.close()
+            reference.close()
