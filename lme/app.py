@@ -96,12 +96,25 @@ def load_questions_once(path: Path) -> list:
         return _LOADED[key]  # type: ignore[index]
 
 
+def sweeps_dataset(cfg: DictConfig) -> bool:
+    """Whether the sweep's overrides give the jobs different data files (`dataset=s,oracle`, `dataset.path=a,b`)."""
+    try:
+        overrides = list(cfg.hydra.overrides.task)
+    except Exception:  # noqa: BLE001 - not a Hydra config with overrides
+        return False
+    for override in overrides:
+        key, _, value = str(override).partition("=")
+        if key.lstrip("+~").startswith("dataset") and ("," in value or "(" in value):
+            return True
+    return False
+
+
 def prefetch_dataset(cfg: DictConfig) -> threading.Thread | None:
     """Start loading `cfg`'s dataset file (all held, not streamed) in a background thread, for the jobs
     this process will run: the multirun parent's MLflow set-up runs meanwhile, and most of a load (xz
     decompression) runs beside it on another core. A load that fails is left to the job, which loads
     the file again and says what is wrong."""
-    if cfg.dataset.get("stream"):
+    if cfg.dataset.get("stream") or sweeps_dataset(cfg):
         return None
     path = Path(str(cfg.dataset.path)).expanduser()
     if not path.is_file():

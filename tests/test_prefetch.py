@@ -1,0 +1,81 @@
+"""A multirun's data file is loaded once, in the background, while the parent sets up MLflow."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import read_write
+
+import lme
+import lme.resolvers  # noqa: F401
+from lme import app
+from lme.errors import LmeError
+from lme.tracking import runs_jobs_here
+
+CONF = Path(lme.__file__).parent / "conf"
+
+
+def _compose(overrides: list[str]):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name="config", overrides=overrides, return_hydra_config=True)
+
+
+@pytest.fixture(autouse=True)
+def nothing_loaded():
+    app._LOADED.clear()
+    yield
+    app._LOADED.clear()
+
+
+def test_the_prefetched_file_is_the_one_the_job_gets():
+    cfg = _compose(["+design=bm25"])
+    thread = app.prefetch_dataset(cfg)
+    assert thread is not None
+    thread.join(timeout=60)
+    assert len(app._LOADED) == 1
+    held = next(iter(app._LOADED.values()))
+    path, questions = app.load_dataset(cfg)
+    assert questions and questions[0] is held[0]  # the job's load waited for the prefetch, it did not read again
+    assert {q.question_id for q in questions} <= {q.question_id for q in held}
+
+
+def test_a_job_started_during_the_prefetch_waits_for_it_and_loads_once():
+    cfg = _compose(["+design=bm25"])
+    thread = app.prefetch_dataset(cfg)
+    _, questions = app.load_dataset(cfg)  # at once: the prefetch is most likely still loading
+    thread.join(timeout=60)
+    (held,) = app._LOADED.values()
+    assert questions[0] is held[0]  # one load: a second would have left other objects behind
+
+
+def test_a_bad_file_is_reported_by_the_job_not_the_prefetch(tmp_path):
+    bad = tmp_path / "broken.json"
+    bad.write_text('[{"question_id": ', encoding="utf-8")
+    cfg = _compose(["+design=bm25", f"dataset.path={bad}"])
+    thread = app.prefetch_dataset(cfg)
+    thread.join(timeout=60)  # fails quietly
+    assert app._LOADED == {}
+    with pytest.raises(LmeError, match="broken.json"):
+        app.load_dataset(cfg)
+
+
+def test_no_prefetch_for_a_streamed_file_a_missing_file_or_a_sweep_over_data(tmp_path):
+    assert app.prefetch_dataset(_compose(["+design=bm25", "dataset.stream=true"])) is None
+    assert app.prefetch_dataset(_compose(["+design=bm25", f"dataset.path={tmp_path / 'absent.json'}"])) is None
+    for sweep, over_data in ((["dataset=sample,oracle"], True), (["dataset.path=a.json,b.json"], True),
+                             (["+design=bm25", "seed=1,2,3"], False), (["dataset=oracle", "seed=range(1,4)"], False)):
+        cfg = _compose(["+design=bm25"])
+        with read_write(cfg.hydra.overrides):  # what on_multirun_start sees: the sweep's overrides as typed
+            cfg.hydra.overrides.task = sweep
+        assert app.sweeps_dataset(cfg) is over_data, sweep
+        thread = app.prefetch_dataset(cfg)
+        assert (thread is None) is over_data
+        if thread is not None:
+            thread.join(timeout=60)
+
+
+def test_only_the_basic_launcher_runs_jobs_in_this_process():
+    assert runs_jobs_here(_compose(["+design=bm25"]))
+    assert not runs_jobs_here(_compose(["+design=bm25", "hydra/launcher=joblib"]))
