@@ -26,8 +26,8 @@ import os
 import random
 import threading
 import time
-from dataclasses import dataclass, field
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lme.errors import LmeError
