@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, NoReturn
 
 import hydra
+from hydra.errors import ConfigCompositionException, OverrideParseException
 from omegaconf import DictConfig
 
 import lme.resolvers  # noqa: F401
@@ -24,6 +28,9 @@ def main(cfg: DictConfig) -> None:
 
 
 _FLAGS = ("-m", "--multirun")
+# Hydra's errors for overrides and configs that do not compose (MissingConfigException is a
+# ConfigCompositionException): the user's to fix, reported in one sentence, exit 2.
+_COMPOSITION_ERRORS = (ConfigCompositionException, OverrideParseException)
 
 
 def hoist_flags(argv: list[str]) -> list[str]:
@@ -36,7 +43,49 @@ def hoist_flags(argv: list[str]) -> list[str]:
 
 def run_hydra(args: list[str]) -> None:
     sys.argv = hoist_flags([sys.argv[0], *args])
-    main()
+    with config_errors_exit_2():
+        main()
+
+
+@contextmanager
+def config_errors_exit_2() -> Iterator[None]:
+    """A composition error (an unknown config group option, an unknown key, an override that does not
+    parse) is the user's: one `lme: error:` line with Hydra's list of valid options, exit 2, no
+    traceback, whatever HYDRA_FULL_ERROR says. Hydra reports the errors of a run through
+    `hydra._internal.utils.run_and_report` (a traceback or its message, then exit 1); while the run
+    lasts, that function is wrapped so these errors come here first. Any other error keeps Hydra's
+    reporting."""
+    from hydra._internal import utils as hydra_utils
+
+    original = hydra_utils.run_and_report
+
+    def run_and_report(func: Callable[[], Any]) -> Any:
+        try:
+            return func()
+        except _COMPOSITION_ERRORS as exc:
+            _exit_config_error(exc)
+        except Exception as exc:  # noqa: BLE001 - handed to Hydra's own reporting, unchanged
+            failure = exc
+
+            def again() -> Any:
+                raise failure
+
+            return original(again)
+
+    hydra_utils.run_and_report = run_and_report
+    try:
+        yield
+    except _COMPOSITION_ERRORS as exc:  # raised outside run_and_report (`--help`, `--cfg` paths)
+        _exit_config_error(exc)
+    finally:
+        hydra_utils.run_and_report = original
+
+
+def _exit_config_error(exc: BaseException) -> NoReturn:
+    from lme.cli import config_error_message
+
+    print(f"lme: error: {config_error_message(exc)}", file=sys.stderr, flush=True)
+    sys.exit(2)
 
 
 def entry() -> None:

@@ -9,6 +9,7 @@ import json
 import os
 import sys
 import threading
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
@@ -27,11 +28,19 @@ from lme.errors import LmeError
 from lme.judge import Judge, make_judge, sha256_text
 from lme.measures import run_measures
 from lme.models.cache import CallCache
-from lme.models.gateway import Gateway
-from lme.models.ledger import Budget, BudgetExhausted, Ledger, budget_stop_message
+from lme.errors import EXIT_BUDGET, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_SYSTEMIC
+from lme.models.gateway import Gateway, SystemicFailure, preflight
+from lme.models.ledger import (
+    Budget,
+    BudgetExhausted,
+    Ledger,
+    budget_stop_message,
+    current_overrides,
+    resume_command,
+)
 from lme.prereg import check_run
-from lme.run import FIRST_PASS, Journal, Outcome, run_questions
-from lme.tracking import OUTCOMES_ARTIFACT, PARENT_ENV, JobRun, TrackingSettings, params_from_config
+from lme.run import FIRST_PASS, Journal, Outcome, error_class, run_questions
+from lme.tracking import OUTCOMES_ARTIFACT, PARENT_ENV, JobRun, TrackingSettings, note_stop, params_from_config
 
 
 
@@ -246,10 +255,14 @@ def cost_metrics(outcomes: list[Outcome]) -> dict[str, float]:
         "judge_spent_usd": sum(o.judge.spent_usd for o in outcomes),
         "unpriced_calls": sum(o.reader.unpriced_calls + o.judge.unpriced_calls for o in outcomes),
         "missing_answers": sum(1 for o in outcomes if o.answer is None),
+        "missing_verdicts": sum(1 for o in outcomes if o.answer is not None and o.judge_error is not None),
+        "answered": sum(1 for o in outcomes if o.answer is not None),
         "mean_memory_bytes": sum(o.memory_bytes for o in outcomes) / max(1, len(outcomes)),
     }
     metrics["reader_mean_input_tokens"] = metrics["reader_input_tokens"] / max(1, reader_calls)
     metrics["reader_cost_per_answer_usd"] = metrics["reader_cost_usd"] / max(1, len(outcomes))
+    for part, counts in failure_counts(outcomes).items():
+        metrics.update({f"{part}_failed_calls.{name}": count for name, count in counts.items()})
     metrics["model_calls_made"] = sum(
         o.reader.calls - o.reader.cached_calls + o.judge.calls - o.judge.cached_calls for o in outcomes
     )
@@ -271,21 +284,34 @@ def _write_csv(outcomes: list[Outcome], path: Path) -> None:
 
 
 def run_job(cfg: DictConfig) -> dict[str, float]:
-    """Run one job of the composed config; returns its metrics."""
+    """Run one job of the composed config; returns its metrics. Progress (a bar on a terminal, a line every
+    30 s otherwise) follows the config's `progress` key for everything the job does, embedding included."""
+    from lme.progress import config_flag, enabled_as
+
+    with enabled_as(config_flag(cfg.get("progress", True))):
+        return _run_job(cfg)
+
+
+def _run_job(cfg: DictConfig) -> dict[str, float]:
+    from lme.progress import progress as progress_bar
+    from lme.secrets import refuse_secrets
+
     container: Mapping[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
+    refuse_secrets(container, "the composed config")  # before any file or MLflow run is written
     seed = int(cfg.seed)
     design = str(cfg.design_name)
+    reader = build_reader(cfg)
+    judge = build_judge(cfg)  # reads and verifies the judge templates
+    preflight([reader.model, judge.model])  # every paid model's credentials, before the data is read
     data_path, questions = load_dataset(cfg)
     prereg_tags = check_run(cfg, data_path, questions)  # before any model call: refuses a run unlike cfg.prereg
 
     retriever = build_retriever(cfg)
     builder = build_memory(cfg, retriever)
-    reader = build_reader(cfg)
     instruction, rules, instruction_texts = compose_instructions(cfg)
     views = build_views(cfg, retriever, rules)
     if not cfg.dataset.get("stream"):  # a streamed file is read one question at a time: nothing is kept
         builder, views = reuse_memories(cfg, data_path, builder, views)
-    judge = build_judge(cfg)
 
     out_dir = _output_dir()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -297,46 +323,55 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
 
     params = params_from_config(container)  # refuses a key-like value before any MLflow run exists
     settings = TrackingSettings(**container["tracking"])  # type: ignore[arg-type]
+    dataset_name = str(cfg.dataset.name)
     tracker = None
-    if settings.enabled:
-        parent = os.environ.get(PARENT_ENV)
-        tracker = JobRun(
-            settings,
-            run_name=f"{design}-seed{seed}",
-            tags={
-                "lme.role": "job",
-                "lme.design": design,
-                "lme.seed": str(seed),
-                "lme.judge": judge.name,
-                "lme.judge_official": str(judge.official).lower(),
-                "lme.reader": reader.name,
-                **prereg_tags,
-            },
-            parent_id=parent,
-        )
-        params["dataset.sha256"] = file_sha256(data_path)
-        params.update({f"instruction.{name}.sha256": sha256_text(text) for name, text in instruction_texts.items()})
-        params["n_questions"] = str(len(questions))
-        params.update({f"judge.template_sha256.{k}": v for k, v in judge.digests.items()})
-        tracker.log_params(params)
-        tracker.log_text(OmegaConf.to_yaml(container), "config.yaml")
-        for name, text in instruction_texts.items():
-            tracker.log_text(text + "\n", f"instructions/{name}.txt")
-        tracker.log_text("".join(f"{qid}\n" for qid in question_ids_of(questions)), "question_ids.txt")
-
-    def progress(outcome: Outcome, done: int) -> None:
-        mark = "correct" if outcome.correct else "wrong"
-        print(f"[{design} seed={seed}] {done}/{len(questions)} {outcome.question_id}: {mark}", file=sys.stderr, flush=True)
-
-    status = "FAILED"
+    status, failure, stop = "FAILED", None, None
     try:
-        outcomes = asyncio.run(
-            run_questions(
-                questions, builder, reader, instruction, judge, gateway, seed, journal,
-                concurrency=int(cfg.concurrency), on_outcome=progress if cfg.get("verbose") else None,
-                rules=rules, views=views,
+        if settings.enabled:
+            parent = os.environ.get(PARENT_ENV)
+            tracker = JobRun(
+                settings,
+                run_name=f"{design}-{dataset_name}-seed{seed}",
+                tags={
+                    "lme.role": "job",
+                    "lme.design": design,
+                    "lme.dataset": dataset_name,
+                    "lme.seed": str(seed),
+                    "lme.judge": judge.name,
+                    "lme.judge_official": str(judge.official).lower(),
+                    "lme.reader": reader.name,
+                    **prereg_tags,
+                },
+                parent_id=parent,
             )
-        )
+            params["dataset.sha256"] = file_sha256(data_path)
+            params.update({f"instruction.{name}.sha256": sha256_text(text) for name, text in instruction_texts.items()})
+            params["n_questions"] = str(len(questions))
+            params.update({f"judge.template_sha256.{k}": v for k, v in judge.digests.items()})
+            tracker.log_params(params)
+            tracker.log_text(OmegaConf.to_yaml(container), "config.yaml")
+            for name, text in instruction_texts.items():
+                tracker.log_text(text + "\n", f"instructions/{name}.txt")
+            tracker.log_text("".join(f"{qid}\n" for qid in question_ids_of(questions)), "question_ids.txt")
+
+        bar = progress_bar(f"[{design} seed={seed}]", len(questions), "questions",
+                           initial=min(sum(1 for o in journal.read() if o.complete), len(questions)))
+
+        def on_outcome(outcome: Outcome, done: int) -> None:
+            bar.update()
+            if cfg.get("verbose"):
+                mark = "correct" if outcome.correct else "wrong"
+                bar.write(f"[{design} seed={seed}] {done}/{len(questions)} {outcome.question_id}: {mark}")
+
+        try:
+            outcomes = asyncio.run(
+                run_questions(
+                    questions, builder, reader, instruction, judge, gateway, seed, journal,
+                    concurrency=int(cfg.concurrency), on_outcome=on_outcome, rules=rules, views=views,
+                )
+            )
+        finally:
+            bar.close()
         types = {o.question_id: o.question_type for o in outcomes}
         correct = {o.question_id: o.correct for o in outcomes}
         abstention = {o.question_id for o in outcomes if o.abstention}
@@ -348,30 +383,108 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
             tracker.log_metrics(metrics)
             tracker.log_artifact(journal.path)
             tracker.log_artifact(out_dir / "outcomes.csv")
-        status = "FINISHED"
+        failure = incomplete_note(metrics)
+        status = "FAILED" if failure else "FINISHED"
     except BudgetExhausted as exc:  # a cap: what finished is journaled; say how to resume
-        status = "KILLED"
-        print(budget_stop_message(exc, len(journal.read()), len(questions), out_dir), file=sys.stderr, flush=True)
-        raise SystemExit(3) from None
+        status, failure = "KILLED", str(exc)
+        stop = (EXIT_BUDGET, budget_stop_message(exc, len(journal.read()), len(questions), out_dir))
+    except SystemicFailure as exc:  # no retry can fix it: nothing more is sent
+        failure = str(exc)
+        stop = (EXIT_SYSTEMIC, systemic_stop_message(exc, len(journal.read()), len(questions), out_dir))
     except KeyboardInterrupt:
-        status = "KILLED"
-        raise
+        status, failure = "KILLED", "interrupted (Ctrl-C)"
+        stop = (EXIT_INTERRUPTED, interrupted_message(len(journal.read()), len(questions), out_dir))
     finally:
         if tracker is not None:
-            tracker.finish(status)
+            tracker.finish(status, failure)
         cache.close()
         ledger.close()
+    if stop is not None:
+        print(stop[1], file=sys.stderr, flush=True)
+        note_stop(status, failure or "stopped")  # a multirun parent ends with the job's reason
+        raise SystemExit(stop[0])
     _print_summary(design, seed, judge.name, judge.official, metrics, out_dir, tracker.run_id if tracker else None)
+    if failure:
+        INCOMPLETE_JOBS.append(f"design {design}, seed {seed}: {failure}")
+        print(f"lme: {failure}; rerun the same command with hydra.run.dir={out_dir} to ask for exactly those "
+              f"(exit status {EXIT_INCOMPLETE}).", file=sys.stderr, flush=True)
     return metrics
+
+
+INCOMPLETE_JOBS: list[str] = []  # jobs of this process that finished with missing answers or verdicts
+
+
+def incomplete_note(metrics: Mapping[str, float]) -> str | None:
+    """Why a finished job is incomplete (answers or verdicts missing), or None."""
+    missing = int(metrics.get("missing_answers", 0))
+    unjudged = int(metrics.get("missing_verdicts", 0))
+    parts = []
+    if missing:
+        parts.append(f"{missing} answer{'s' if missing != 1 else ''} missing")
+    if unjudged:
+        parts.append(f"{unjudged} verdict{'s' if unjudged != 1 else ''} missing")
+    return ", ".join(parts) or None
+
+
+def systemic_stop_message(exc: SystemicFailure, journaled: int, total: int, run_dir: Path) -> str:
+    """What a job prints when a model call failed in a way no retry can fix."""
+    return (
+        f"lme: stopped: {exc.model} failed with {exc.error_class}: {exc.detail}\n"
+        f"lme: No retry can fix this, so no further call was sent. {journaled} of {total} questions are journaled "
+        f"in {run_dir / OUTCOMES_ARTIFACT}. Fix the model's name, key or parameters, then resume with: "
+        + resume_command(current_overrides(), run_dir)
+    )
+
+
+def interrupted_message(journaled: int, total: int, run_dir: Path) -> str:
+    return (
+        f"lme: interrupted; {journaled} of {total} questions are journaled in {run_dir / OUTCOMES_ARTIFACT}. "
+        "To resume: " + resume_command(current_overrides(), run_dir)
+    )
+
+
+def failure_counts(outcomes: list[Outcome]) -> dict[str, Counter[str]]:
+    """Failed reader and judge calls by error class, over every step."""
+    counts: dict[str, Counter[str]] = {"reader": Counter(), "judge": Counter()}
+    for outcome in outcomes:
+        for step in outcome.steps:
+            if step.failed and (step.reread or step.rule == FIRST_PASS):
+                counts["reader"][error_class(step.error)] += 1
+            if step.judge_error:
+                counts["judge"][error_class(step.judge_error)] += 1
+    return counts
+
+
+def failures_line(metrics: Mapping[str, float]) -> str:
+    """`3 reader calls and 1 judge call failed (TimeoutError); 2 answers missing` ('' when nothing failed);
+    the error classes come from the metrics `reader_failed_calls.<class>` and `judge_failed_calls.<class>`."""
+    reader, judge = int(metrics.get("reader_failed_calls", 0)), int(metrics.get("judge_failed_calls", 0))
+    classes = {part: [key.split(".", 1)[1] for key, value in metrics.items()
+                      if key.startswith(f"{part}_failed_calls.") and value] for part in ("reader", "judge")}
+    parts = []
+    if reader:
+        parts.append(f"{reader} reader call{'s' if reader != 1 else ''}")
+    if judge:
+        parts.append(f"{judge} judge call{'s' if judge != 1 else ''}")
+    text = ""
+    if parts:
+        names = sorted({name for part in classes.values() for name in part})
+        text = " and ".join(parts) + " failed" + (f" ({', '.join(names)})" if names else "")
+    missing = incomplete_note(metrics)
+    if missing:
+        text = f"{text}; {missing}" if text else missing
+    return text
 
 
 def _print_summary(design: str, seed: int, judge: str, official: bool, metrics: Mapping[str, float],
                    out_dir: Path, run_id: str | None) -> None:
     judge_note = "" if official else " (offline stand-in, not the LongMemEval judge)"
+    failures = failures_line(metrics)
     lines = [
         f"design {design}, seed {seed}: accuracy {metrics['accuracy']:.3f} "
-        f"({int(metrics['n_correct'])}/{int(metrics['n_questions'])}), "
-        f"task-averaged {metrics['task_averaged_accuracy']:.3f}; judge {judge}{judge_note}",
+        f"({int(metrics['n_correct'])}/{int(metrics['n_questions'])})"
+        + (f"; {failures}" if failures else "")
+        + f"; task-averaged {metrics['task_averaged_accuracy']:.3f}; judge {judge}{judge_note}",
         f"  model calls made {int(metrics['model_calls_made'])}, reader cost ${metrics['reader_cost_usd']:.4f}, "
         f"judge cost ${metrics['judge_cost_usd']:.4f}; outcomes in {out_dir}"
         + (f"; MLflow run {run_id}" if run_id else ""),

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from lme.errors import LmeError
+from lme.errors import EXIT_INCOMPLETE, EXIT_INTERRUPTED, LmeError
 
 CONF_DIR = Path(__file__).parent / "conf"
 
@@ -51,8 +51,36 @@ def compose_config(overrides: Sequence[str]) -> DictConfig:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             return compose(config_name="config", overrides=prereg_alias(overrides))
     except (HydraException, OmegaConfBaseException) as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise LmeError(f"config overrides {' '.join(overrides)!r}: {first_line}") from None
+        raise LmeError(f"config overrides {' '.join(overrides)!r}: {config_error_message(exc)}") from None
+
+
+def config_error_message(exc: BaseException) -> str:
+    """A Hydra composition error as lme prints it: Hydra's first line (and the first line of an
+    OmegaConf cause) as the sentence, then Hydra's own hints and list of valid options, one per line;
+    the config search path and the HYDRA_FULL_ERROR hint are left out."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    lines = [line.rstrip() for line in str(exc).strip().splitlines()]
+    head = lines[0].strip() if lines else type(exc).__name__
+    override = getattr(exc, "override", None)  # OverrideParseException: the override that does not parse
+    if override and str(override) not in head:
+        head = f"override {override!r}: {head}"
+    if head.startswith("In 'config': "):  # the primary config: saying so adds nothing
+        head = head[len("In 'config': "):]
+    cause = exc.__cause__
+    if isinstance(cause, OmegaConfBaseException) and str(cause).strip():
+        reason = str(cause).strip().splitlines()[0].strip()
+        if reason and reason not in head:
+            head = f"{head.rstrip('.')}: {reason}"
+    rest: list[str] = []
+    for line in lines[1:]:
+        if line.strip().startswith("Config search path") or "HYDRA_FULL_ERROR" in line:
+            break
+        if line.strip():
+            rest.append(f"    {line.strip()}" if line.startswith(("\t", " ")) else f"  {line.strip()}")
+    if not rest and not head.endswith((".", "?", "!")):
+        head += "."
+    return "\n".join([head, *rest])
 
 
 def prereg_alias(overrides: Sequence[str]) -> list[str]:
@@ -71,7 +99,44 @@ def _usage() -> str:
     lines = ["usage: python -m lme [overrides] [-m]    run an evaluation (Hydra)"]
     for name, (_, _, description) in sorted(SUBCOMMANDS.items()):
         lines.append(f"       python -m lme {name} ...".ljust(40) + description)
+    lines.append("       python -m lme help".ljust(40) + "this list (--help: also a run's config groups and config)")
     return "\n".join(lines)
+
+
+HELP_WORDS = ("help", "commands")
+HELP_FLAGS = ("-h", "--help")
+
+
+def wants_help(args: Sequence[str]) -> bool:
+    """`python -m lme --help` / `-h` (anywhere, for a run): lme's usage first, then Hydra's help."""
+    return any(arg in HELP_FLAGS for arg in args)
+
+
+def print_help(args: Sequence[str]) -> None:
+    """lme's usage, then Hydra's help for a run (config groups, the composed config); exits 0."""
+    print(_usage())
+    print("\nA run's overrides and config groups (Hydra):\n", flush=True)
+    from lme.__main__ import run_hydra
+
+    run_hydra([*prereg_alias(args), "hydra.help.app_name=python -m lme"])
+    sys.exit(0)
+
+
+def unknown_command(args: Sequence[str]) -> str | None:
+    """The error for a first argument that is a bare word (not `key=value`, not a flag, not `+x`/`~x`)
+    and not a subcommand; None when the first argument is a subcommand or an override."""
+    if not args:
+        return None
+    word = args[0]
+    if "=" in word or word.startswith(("-", "+", "~")) or word in SUBCOMMANDS or word in HELP_WORDS:
+        return None
+    import difflib
+
+    close = difflib.get_close_matches(word, [*SUBCOMMANDS, "help"], n=1)
+    if close:
+        return f"unknown command {word!r}; did you mean {close[0]!r}?"
+    return (f"unknown command {word!r}; `python -m lme help` lists the commands, "
+            "and a run takes key=value overrides.")
 
 
 def run_subcommand(name: str, argv: Sequence[str]) -> int:
@@ -84,13 +149,49 @@ def run_subcommand(name: str, argv: Sequence[str]) -> int:
         return 2
 
 
+def refuse_secrets_before_hydra(args: Sequence[str]) -> None:
+    """A key anywhere in the arguments, or in the config a run would compose, stops here with one sentence
+    and exit 2: Hydra writes the overrides and the composed config into the run directory before lme's code
+    runs, so the check cannot wait for the run. Subcommands' arguments get the same check."""
+    from lme.secrets import refuse_command_line_secrets
+
+    is_run = not args or (args[0] not in SUBCOMMANDS and args[0] not in ("help", "commands"))
+    try:
+        refuse_command_line_secrets(args, compose_config if is_run else None)
+    except LmeError as exc:
+        print(f"lme: error: {exc}", file=sys.stderr, flush=True)
+        sys.exit(2)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
+    refuse_secrets_before_hydra(args)  # before anything is written
     if args and args[0] in SUBCOMMANDS:
         sys.exit(run_subcommand(args[0], args[1:]))
-    if args and args[0] in ("help", "commands"):
+    if args and args[0] in HELP_WORDS:
         print(_usage())
         return
+    if wants_help(args):
+        print_help(args)
+    unknown = unknown_command(args)
+    if unknown is not None:
+        print(f"lme: error: {unknown}", file=sys.stderr, flush=True)
+        sys.exit(2)
     from lme.__main__ import run_hydra
 
-    run_hydra(prereg_alias(args))
+    try:
+        run_hydra(prereg_alias(args))
+    except KeyboardInterrupt:  # outside a job's own handling (loading, between jobs): one line, no traceback
+        print("lme: interrupted.", file=sys.stderr, flush=True)
+        sys.exit(EXIT_INTERRUPTED)
+    sys.exit(study_exit_status())
+
+
+def study_exit_status() -> int:
+    """0 when every job of this process finished whole; `EXIT_INCOMPLETE` when a job finished with missing
+    answers or verdicts, or a multirun's job failed (README, "Exit statuses")."""
+    app = sys.modules.get("lme.app")
+    tracking = sys.modules.get("lme.tracking")
+    incomplete = bool(app is not None and app.INCOMPLETE_JOBS)
+    failed = bool(tracking is not None and tracking.FAILED_STUDIES)
+    return EXIT_INCOMPLETE if incomplete or failed else 0

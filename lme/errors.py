@@ -9,3 +9,13 @@ class LmeError(Exception):
 
 class DataError(LmeError):
     """A dataset file is missing, unreadable or does not follow the LongMemEval format."""
+
+
+# Exit statuses of `python -m lme` (README, "Exit statuses").
+EXIT_OK = 0  # every question of every job has an answer and a verdict
+EXIT_FAILED = 1  # an unexpected error (a bug): the traceback is printed
+EXIT_BAD_INPUT = 2  # bad input, config, credentials or command, found before any model call
+EXIT_BUDGET = 3  # a spending cap stopped the study; what finished is kept
+EXIT_SYSTEMIC = 4  # a model call failed in a way no retry can fix (bad key, unknown model, ...); the study stopped
+EXIT_INCOMPLETE = 5  # the study finished, but some answers or verdicts are missing (a rerun asks for exactly those)
+EXIT_INTERRUPTED = 130  # interrupted (Ctrl-C); what finished is kept

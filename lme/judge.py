@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from lme.data.records import ABSTENTION_MARK, Question
@@ -102,6 +102,11 @@ class Verdict:
     call: CallResult | None
     note: str = ""
 
+    @property
+    def error(self) -> str | None:
+        """Why the verdict is missing: its judge call failed (None when there is a verdict or no call was due)."""
+        return self.call.error if self.call is not None and not self.call.ok else None
+
 
 @dataclass(frozen=True)
 class Judge:
@@ -121,6 +126,8 @@ class Judge:
             return Verdict(correct=False, reply=None, call=None, note="missing answer counts as wrong")
         prompt = build_judge_prompt(self.templates, question, answer)
         call = await gateway.complete(self.model, [{"role": "user", "content": prompt}], seed=None)
+        if call.ok and not (call.text or "").strip():  # no verdict in it: a failed call, never a silent "no"
+            call = replace(call, text=None, error="EmptyVerdict: the judge's reply is empty")
         if not call.ok:
             return Verdict(correct=False, reply=None, call=call, note=f"judge call failed: {call.error}")
         return Verdict(correct=parse_verdict(call.text or ""), reply=call.text, call=call)

@@ -4,6 +4,9 @@
   design, with its 95% stratified-bootstrap interval;
 - `paired_differences.png`: a forest plot of every paired comparison on both measures (mean of
   runs, correct in a majority of runs), point and 95% interval, with the zero line.
+
+Each title says what is plotted and on which questions (`Report.data`, when every design ran on
+the same ones); an empty forest plot says why it is empty.
 """
 
 from __future__ import annotations
@@ -23,6 +26,41 @@ def _pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def data_line(report: Report) -> str:
+    """The questions the plotted designs ran on, for a title's second line ("" when unknown)."""
+    if report.data:
+        return f"on {report.data}"
+    digests = {d.questions_digest for d in report.designs}
+    if len(digests) > 1:
+        return "the designs ran on different questions"
+    return ""
+
+
+def per_type_title(report: Report) -> str:
+    runs = sorted({d.summary.n_runs for d in report.designs})
+    runs_words = _plural(runs[0], "run") if len(runs) == 1 else "runs"
+    title = f"Accuracy by question type: mean of {runs_words} per design, 95% stratified bootstrap intervals"
+    line = data_line(report)
+    return f"{title}\n{line}" if line else title
+
+
+def differences_title(report: Report, n_rows: int) -> str:
+    if n_rows:
+        title = "Paired differences in accuracy (points), 95% stratified bootstrap intervals"
+    elif len(report.designs) < 2:
+        title = "Paired differences (one design: nothing to compare)"
+    elif not report.pairs:
+        title = "Paired differences (no pair chosen: nothing to compare)"
+    else:
+        title = "Paired differences (no pair of designs ran a question in common: nothing to compare)"
+    line = data_line(report)
+    return f"{title}\n{line}" if line else title
 
 
 def _tick(group: str, n: int) -> str:
@@ -52,14 +90,15 @@ def plot_per_type(report: Report, path: Path) -> Path:
             values.append(100 * value)
             low.append(max(0.0, 100 * (value - interval.low)))
             high.append(max(0.0, 100 * (interval.high - value)))
-        ax.bar(xs, values, width=width * 0.95, label=d.label, yerr=[low, high], capsize=2, alpha=0.85)
+        label = f"{d.label} ({_plural(d.summary.n_runs, 'run')})"
+        ax.bar(xs, values, width=width * 0.95, label=label, yerr=[low, high], capsize=2, alpha=0.85)
     ax.set_xticks(range(len(groups)))
     sizes = {t: max(d.summary.type_counts.get(t, 0) for d in report.designs) for t in types}
     sizes["all questions"] = max(d.summary.n_questions for d in report.designs)
     ax.set_xticklabels([_tick(g, sizes[g]) for g in groups], fontsize=8)
     ax.set_ylabel("accuracy, mean of runs (%)")
     ax.set_ylim(0, 105)
-    ax.set_title("Accuracy by question type (95% stratified bootstrap intervals)", fontsize=10)
+    ax.set_title(per_type_title(report), fontsize=10)
     ax.legend(fontsize=8, loc="upper right")
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
@@ -78,7 +117,7 @@ def plot_differences(report: Report, path: Path) -> Path:
         group = pair.comparison.overall
         rows.append((f"{pair.b} - {pair.a}: mean of runs", group.mean_difference, group.mean_interval))
         rows.append((f"{pair.b} - {pair.a}: {majority}", group.majority_difference, group.majority_interval))
-    fig, ax = plt.subplots(figsize=(8.0, 1.2 + 0.45 * max(1, len(rows))), dpi=120)
+    fig, ax = plt.subplots(figsize=(8.0, 1.5 + 0.45 * max(1, len(rows))), dpi=120)
     for y, (_, value, interval) in enumerate(reversed(rows)):
         ax.plot([100 * interval.low, 100 * interval.high], [y, y], color="tab:blue", linewidth=2)
         ax.plot([100 * value], [y], "o", color="tab:blue")
@@ -86,7 +125,7 @@ def plot_differences(report: Report, path: Path) -> Path:
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([name for name, _, _ in reversed(rows)], fontsize=8)
     ax.set_xlabel("difference (points), 95% stratified bootstrap interval")
-    ax.set_title("Paired differences" if rows else "Paired differences (one design: nothing to compare)", fontsize=10)
+    ax.set_title(differences_title(report, len(rows)), fontsize=10)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path)

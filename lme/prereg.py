@@ -19,7 +19,8 @@ the plan (seeds, primary measure, comparisons; a run's seed must be a planned
 one), the code (SHA-256 of every file under `lme/`, configs included) and the
 versions of lme, litellm, hydra-core and sentence-transformers. Reported but
 not blocking (`NOTE_KEYS`): the git commit and dirty flag (committing the
-record itself changes both; the file digests are the real check), the data
+record itself changes both; the file digests are the real check; the record's
+own file and folder never count as a change to the tree), the data
 file's path (its digest is compared), the overrides as typed (their result is
 compared) and mlflow's version (it only records). The time is recorded, never
 compared.
@@ -180,9 +181,14 @@ def text_digests(design: Mapping[str, Any]) -> dict[str, str]:
     return dict(sorted(digests.items()))
 
 
-def code_version(package_dir: Path = PACKAGE_DIR) -> dict[str, Any]:
+def code_version(package_dir: Path = PACKAGE_DIR, ignore: Sequence[Path | str] = ()) -> dict[str, Any]:
     """Git commit and dirty flag of the checkout holding `package_dir` (null outside git), and the
-    SHA-256 of every file under it (`__pycache__` and `.pyc` left out), configs included."""
+    SHA-256 of every file under it (`__pycache__` and `.pyc` left out), configs included.
+
+    `ignore`: preregistration records (the one being frozen or verified). Neither the file nor the
+    folder holding it (unless that folder is the checkout's top or holds the package) makes the tree
+    dirty, so freezing a record into the repository does not by itself turn `verify`'s git state
+    from clean to dirty."""
     root = package_dir.parent
     files = {}
     for path in sorted(package_dir.rglob("*")):
@@ -197,13 +203,36 @@ def code_version(package_dir: Path = PACKAGE_DIR) -> dict[str, Any]:
         return done.stdout if done.returncode == 0 else None
 
     commit = git("rev-parse", "HEAD")
-    status = git("status", "--porcelain") if commit is not None else None
+    status = None
+    if commit is not None:
+        top = git("rev-parse", "--show-toplevel")
+        excluded = _git_excludes(Path(top.strip()), package_dir, ignore) if top and top.strip() else []
+        status = git("status", "--porcelain", "--", ":(top)", *excluded)
     return {
         "git_commit": commit.strip() if commit else None,
         "git_dirty": bool(status.strip()) if status is not None else None,
         "source_sha256": sha256_json(files),
         "files": files,
     }
+
+
+def _git_excludes(top: Path, package_dir: Path, ignore: Sequence[Path | str]) -> list[str]:
+    """`git status` pathspecs leaving out each record in `ignore` and the folder holding it (unless
+    that folder is `top`, holds the package or is inside it), relative to the checkout's top."""
+    top = top.resolve()
+    package = package_dir.resolve()
+    excluded: list[str] = []
+    for item in ignore:
+        path = Path(item).expanduser().resolve()
+        for candidate in (path, path.parent):
+            if candidate == top or candidate == package or candidate in package.parents or package in candidate.parents:
+                continue
+            try:
+                relative = candidate.relative_to(top).as_posix()
+            except ValueError:  # outside the checkout: git does not see it
+                continue
+            excluded.append(f":(top,exclude,literal){relative}")
+    return excluded
 
 
 def package_versions(names: Sequence[str] = PACKAGES) -> dict[str, str | None]:
@@ -309,10 +338,12 @@ def build_record(
     code: Mapping[str, Any] | None = None,
     now: datetime | None = None,
     name: str | None = None,
+    record_path: Path | str | None = None,
 ) -> dict[str, Any]:
     """The record of a composed config (without `record_sha256`; `seal` adds it).
 
-    `code` defaults to `code_version()`; tests pass another checkout's."""
+    `code` defaults to `code_version()` (with `record_path`, the record's file and folder do not make
+    the tree dirty); tests pass another checkout's."""
     from lme.components import build
     from lme.judge import make_judge
     from omegaconf import OmegaConf
@@ -351,7 +382,7 @@ def build_record(
             "question_ids_sha256": sha256_json(ids),
             "question_ids": ids,
         },
-        "code": dict(code) if code is not None else code_version(),
+        "code": dict(code) if code is not None else code_version(ignore=[record_path] if record_path else ()),
         "packages": package_versions(),
         "design": design,
     }
@@ -557,7 +588,7 @@ def check_run(cfg: Any, data_path: Path, questions: Sequence[Any]) -> dict[str, 
     stored = load_record(record_path)
     plan = Plan.from_dict(stored.get("plan") or {})
     fresh = build_record(cfg, data_path, [q.question_id for q in questions], plan,
-                         overrides=stored.get("overrides") or [], name=stored.get("name"))
+                         overrides=stored.get("overrides") or [], name=stored.get("name"), record_path=record_path)
     differences = compare(stored, fresh)
     seed = seed_difference(int(cfg.seed), stored.get("plan") or {})
     if seed is not None:
@@ -659,8 +690,10 @@ def record_for(overrides: Sequence[str], plan: Plan, **kwargs: Any) -> dict[str,
 
 
 def freeze(overrides: Sequence[str], plan: Plan, out: Path | None, force: bool = False) -> tuple[Path, dict[str, Any]]:
-    record = record_for(overrides, plan)
+    record = record_for(overrides, plan, record_path=out)
     path = out or Path("prereg") / f"{record['design_name']}.yaml"
+    if out is None:  # the default file is known only now: its folder must not count as a change either
+        record = {**record, "code": code_version(ignore=[path])}
     record = seal({**record, "name": path.stem})
     write_record(record, path, force=force)
     return path, record
@@ -672,7 +705,7 @@ def verify(path: Path, overrides: Sequence[str], plan_args: argparse.Namespace |
     if plan_args is not None:
         plan = _plan(plan_args, plan)
     used = list(overrides) if overrides else list(stored.get("overrides") or [])
-    fresh = record_for(used, plan, name=stored.get("name"))
+    fresh = record_for(used, plan, name=stored.get("name"), record_path=path)
     return compare(stored, fresh)
 
 

@@ -107,6 +107,8 @@ class DesignRuns:
     source_name: str
     jobs: tuple[JobOutcomes, ...]
     notes: tuple[str, ...] = ()  # e.g. jobs left out because they did not finish
+    data: str | None = None  # what the jobs ran on, in words ("8 questions of dataset s (data sha256 ...)")
+    questions_digest: str | None = None  # one digest of the data file's SHA-256 and the question ids
 
 
 def correct_map(rows: Sequence[Mapping[str, Any]]) -> dict[str, bool]:
@@ -145,6 +147,8 @@ class DesignReport:
     steps: tuple[StepMeasures, ...] | None  # None without re-reads
     cost: CostSummary
     notes: tuple[str, ...]
+    data: str | None = None
+    questions_digest: str | None = None
 
     @property
     def official(self) -> bool:
@@ -168,6 +172,7 @@ class Report:
     n_resamples: int
     bootstrap_seed: int
     notes: tuple[str, ...] = field(default=())
+    data: str | None = None  # the questions every design ran on, in words; None when they differ or are unknown
 
     def design(self, label: str) -> DesignReport:
         return next(d for d in self.designs if d.label == label)
@@ -221,6 +226,8 @@ def design_report(design: DesignRuns, n_resamples: int, seed: int) -> DesignRepo
         steps=tuple(step_table(runs_rows, list(types))) if has_rereads(runs_rows) else None,
         cost=cost_summary(runs_rows),
         notes=design.notes,
+        data=design.data,
+        questions_digest=design.questions_digest,
     )
 
 
@@ -241,14 +248,21 @@ def build_report(
     pairs: Sequence[tuple[str, str]] | None = None,
     n_resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_BOOTSTRAP_SEED,
+    notes: Sequence[str] = (),
 ) -> Report:
-    """Every measure for `designs`; `pairs` (default: every pair) are (a, b) labels, difference b - a."""
+    """Every measure for `designs`; `pairs` (default: every pair) are (a, b) labels, difference b - a;
+    `notes` (e.g. the runs the selection left out, and why) are stated first."""
     labels = [d.label for d in designs]
     if len(set(labels)) != len(labels):
         raise LmeError(f"two designs in the report share a label ({', '.join(labels)}).")
     by_label = {d.label: d for d in designs}
     chosen = all_pairs(labels) if pairs is None else list(pairs)
-    notes = []
+    notes = list(notes)
+    digests = {d.questions_digest for d in designs}
+    same = len(digests) == 1 and None not in digests
+    data = designs[0].data if same and designs else None
+    if same and designs:
+        notes.insert(0, f"Every design ran on the same questions: {data}.")
     judges = {(job.judge, job.judge_official) for d in designs for job in d.jobs}
     if len(judges) > 1:
         notes.append(
@@ -260,6 +274,7 @@ def build_report(
         n_resamples=n_resamples,
         bootstrap_seed=seed,
         notes=tuple(notes),
+        data=data,
     )
 
 
@@ -332,8 +347,8 @@ def _sources(report: Report) -> str:
     for d in report.designs:
         seeds = ", ".join(d.seeds)
         rows.append([d.label, d.design, f"{d.source_name} ({d.source_id})", str(d.summary.n_runs), seeds,
-                     str(d.summary.n_questions)])
-    return _table(["design", "lme.design", "MLflow run", "runs", "seeds", "questions"], rows, "lllrlr")
+                     str(d.summary.n_questions), d.data or "-"])
+    return _table(["design", "lme.design", "MLflow run", "runs", "seeds", "questions", "ran on"], rows, "lllrlrl")
 
 
 def headline_table(report: Report) -> str:
@@ -511,6 +526,7 @@ def report_json(report: Report) -> dict[str, Any]:
         "bootstrap_seed": report.bootstrap_seed,
         "conventions": {"missing_answers": MISSING_NOTE, "averages": MASTRA_NOTE},
         "notes": list(report.notes),
+        "data": report.data,
         "designs": designs,
         "pairs": [asdict(p) for p in report.pairs],
     })

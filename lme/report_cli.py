@@ -4,9 +4,10 @@
                          [--pairs A:B,...] [--json] [--out DIR] [--resamples N] [--bootstrap-seed N]
                          [tracking.uri=...] [tracking.experiment=...]
 
-With no name (or `--latest`): the latest parent run of every design in the experiment. A design
-name picks that design's latest parent run; a parent run (id or name) brings every design its
-sweep ran. Prints Markdown (or one JSON object with `--json`); `--out DIR` also writes
+With no name (or `--latest`): the latest parent run of every design in the experiment, among the
+runs made on the same questions (the same data file and question ids; the report names every run
+and design it skipped, and why). A design name picks that design's latest parent run; a parent run
+(id, a unique prefix of its id, or name) brings every design its sweep ran. Prints Markdown (or one JSON object with `--json`); `--out DIR` also writes
 `report.md`, `report.json` and the PNG plots there and logs them to MLflow as the artifacts of a
 run tagged `lme.role=report` (unless `tracking.enabled=false`).
 """
@@ -42,8 +43,8 @@ def _parser() -> argparse.ArgumentParser:
         "overrides (tracking.uri=..., tracking.experiment=...).",
     )
     parser.add_argument("names", nargs="*", metavar="NAME",
-                        help="design names, parent run ids or names, or job run ids (default: the latest parent "
-                        "run of every design)")
+                        help="design names, parent run ids (or unique prefixes of them) or names, or job run ids "
+                        "(default: the latest parent run of every design, on the same questions)")
     parser.add_argument("--latest", action="store_true",
                         help="the latest parent run of each design (the default when no NAME is given)")
     parser.add_argument("--pairs", metavar="A:B,...",
@@ -121,17 +122,18 @@ def log_report_run(settings, report, files: Sequence[Path], names: Sequence[str]
 def main(argv: Sequence[str]) -> int:
     from lme.cli import split_overrides
     from lme.report import build_report, parse_pairs, render_markdown, report_json
-    from lme.report_source import load_designs
+    from lme.report_source import load_sources
 
     overrides, rest = split_overrides(argv)
     args = _parser().parse_args(rest)
     if args.resamples < 100:
         raise LmeError(f"--resamples must be at least 100, got {args.resamples}.")
     settings = tracking_settings(overrides)
-    designs = load_designs(settings, [] if args.latest and not args.names else args.names)
+    sources = load_sources(settings, [] if args.latest and not args.names else args.names)
+    designs = sources.designs
     labels = [d.label for d in designs]
     pairs = parse_pairs(args.pairs, labels) if args.pairs else None
-    report = build_report(designs, pairs, args.resamples, args.bootstrap_seed)
+    report = build_report(designs, pairs, args.resamples, args.bootstrap_seed, notes=sources.notes)
     markdown = render_markdown(report)
     payload = json.dumps(report_json(report), indent=2, sort_keys=True) + "\n"
     print(payload if args.json else markdown, end="", flush=True)

@@ -1,20 +1,30 @@
 """Which MLflow runs a report covers, and their outcome rows.
 
 A report names designs (`bm25`), parent runs by id or by name (`bm25-multirun`), or single job
-runs by id; with no name it takes, for every design in the experiment, the latest parent run
-that has jobs of that design (a design that never ran as a multirun: its latest lone job).
-A parent whose sweep covered several designs gives one entry per design. Only finished jobs
-count; the others are named in the report's notes.
+runs by id (a unique prefix of a run id will do; an ambiguous one is an error naming the runs it
+could be); with no name it takes, for every design in the experiment, the latest parent run
+that has jobs of that design (a design that never ran as a multirun: its latest lone job), and
+compares only runs made on the same questions: the same data file (the jobs' `dataset.sha256`
+param) and the same question ids (their `question_ids.txt` artifact; jobs that logged neither, from
+an lme before these records, match one another). Of the questions the designs' latest runs used, those the most designs
+have a run on win (a tie: those most latest runs used, then the newest run's); a design whose
+latest run used other questions falls back to its latest run on those, and every run or design
+left out is named in the report's notes with the reason. A parent whose sweep covered several
+designs gives one entry per design. Only finished jobs count; the others are
+named in the report's notes.
 
-`select_designs` is pure over `RunInfo`s (tested without MLflow); `list_runs` and
-`load_designs` read the tracking store.
+`select_designs` and `choose_sources` are pure over `RunInfo`s (tested without MLflow);
+`list_runs` and `load_sources` read the tracking store.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+import hashlib
+import os
+import tempfile
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +44,7 @@ class RunInfo:
     status: str
     start_time: int
     tags: dict[str, str] = field(default_factory=dict)
+    params: dict[str, str] = field(default_factory=dict)
 
     @property
     def role(self) -> str | None:
@@ -49,11 +60,73 @@ class RunInfo:
 
 
 @dataclass(frozen=True)
+class Questions:
+    """What a job ran on: the data file's SHA-256 and the selected question ids (None: the job logged
+    neither, as jobs of lme before these records did; such jobs match one another)."""
+
+    data_sha256: str | None
+    ids: frozenset[str] | None
+    dataset: str | None = None  # the `dataset.name` param, for the reader of the report
+
+    @property
+    def key(self) -> tuple[str | None, frozenset[str] | None]:
+        return (self.data_sha256, self.ids)
+
+    @property
+    def digest(self) -> str:
+        """One string for the key (the data digest and the sorted ids)."""
+        ids = "-" if self.ids is None else "\n".join(sorted(self.ids))
+        return hashlib.sha256(f"{self.data_sha256 or '-'}\n{ids}".encode("utf-8")).hexdigest()
+
+    def describe(self) -> str:
+        if self.ids is None:
+            what = "questions not logged"
+        else:
+            what = f"{len(self.ids)} question{'s' if len(self.ids) != 1 else ''}"
+        if self.dataset:
+            what += f" of dataset {self.dataset}"
+        sha = f"data sha256 {self.data_sha256[:12]}" if self.data_sha256 else "data sha256 not logged"
+        return f"{what} ({sha})"
+
+    def differs(self, other: Questions) -> str:
+        """Why these questions are not `other`'s (empty when they are the same)."""
+        reasons = []
+        if self.data_sha256 != other.data_sha256:
+            reasons.append(f"data sha256 {(self.data_sha256 or 'not logged')[:12]}, "
+                           f"not {(other.data_sha256 or 'not logged')[:12]}")
+        if self.ids != other.ids:
+            if self.ids is None or other.ids is None:
+                reasons.append("question ids " + ("not logged" if self.ids is None else "logged") + ", "
+                               + ("not logged" if other.ids is None else "logged"))
+            else:
+                common = len(self.ids & other.ids)
+                reasons.append(f"{len(self.ids)} question ids, not {len(other.ids)}, {common} in common")
+        if self.dataset and other.dataset and self.dataset != other.dataset:
+            reasons.insert(0, f"dataset {self.dataset}, not {other.dataset}")
+        return "; ".join(reasons)
+
+
+@dataclass(frozen=True)
 class Selection:
     design: str
     source: RunInfo  # the parent, or the job itself for a lone run
     jobs: tuple[RunInfo, ...]  # finished jobs, oldest first
     notes: tuple[str, ...] = ()
+    questions: Questions | None = None  # what every job in `jobs` ran on (when the report checked)
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """The selections a report covers and the notes on what it left out."""
+
+    selections: list[Selection]
+    notes: tuple[str, ...] = ()
+    questions: Questions | None = None  # the questions every selection ran on, when they all agree
+
+
+def _run_words(run: RunInfo) -> str:
+    kind = "parent run" if run.role == PARENT else "job run"
+    return f"{kind} {run.name} ({run.run_id})"
 
 
 def _design_selection(source: RunInfo, design: str, children: Sequence[RunInfo]) -> Selection:
@@ -67,7 +140,40 @@ def _design_selection(source: RunInfo, design: str, children: Sequence[RunInfo])
 
 
 def select_designs(runs: Sequence[RunInfo], selectors: Sequence[str]) -> list[Selection]:
-    """The designs a report covers, in the order named (default: oldest source first)."""
+    """The designs a report covers, in the order named (default: oldest source first), without
+    comparing what their runs ran on (`choose_sources` does)."""
+    return choose_sources(runs, selectors).selections
+
+
+def _consistent(selection: Selection, questions: Callable[[RunInfo], Questions]) -> Selection:
+    """`selection` with its questions; jobs that ran on other questions than most of its jobs (a tie:
+    the newest job's) left out with a note."""
+    if not selection.jobs:
+        return selection
+    keyed = [(job, questions(job)) for job in selection.jobs]
+    counts = Counter(q.key for _, q in keyed)
+    newest = {q.key: i for i, (_, q) in enumerate(keyed)}
+    best = max(counts, key=lambda key: (counts[key], newest[key]))
+    chosen = next(q for _, q in keyed if q.key == best)
+    notes = [
+        f"job {job.name} ({job.run_id}, seed {job.tags.get('lme.seed', '?')}) ran on other questions than the "
+        f"other jobs of its run ({q.differs(chosen)}), left out"
+        for job, q in keyed if q.key != best
+    ]
+    return replace(selection, jobs=tuple(job for job, q in keyed if q.key == best),
+                   notes=(*selection.notes, *notes), questions=chosen)
+
+
+def choose_sources(
+    runs: Sequence[RunInfo],
+    selectors: Sequence[str],
+    questions: Callable[[RunInfo], Questions] | None = None,
+) -> Chosen:
+    """The designs a report covers, in the order named (default: oldest source first).
+
+    With `questions` (a job -> what it ran on) and no selector, only runs made on the same questions
+    are compared (see the module's docstring); with selectors, every named run is kept and a
+    difference in questions is a note."""
     parents = sorted((r for r in runs if r.role == PARENT), key=lambda r: r.start_time)
     jobs = [r for r in runs if r.role == JOB]
     by_id = {r.run_id: r for r in runs}
@@ -91,15 +197,35 @@ def select_designs(runs: Sequence[RunInfo], selectors: Sequence[str]) -> list[Se
             raise LmeError(f"parent run {parent.name} ({parent.run_id}) has no job runs.")
         return [_design_selection(parent, d, children[parent.run_id]) for d in designs]
 
+    def candidates(design: str) -> list[Selection]:
+        """Every run of `design` a report could take, best first: parents newest first, then lone jobs."""
+        found = [_design_selection(p, design, children[p.run_id]) for p in reversed(parents)
+                 if any(c.design == design and c.status == "FINISHED" for c in children[p.run_id])]
+        found += [Selection(design, j, (j,)) for j in reversed(lone) if j.design == design and j.status == "FINISHED"]
+        return found
+
+    def by_prefix(name: str) -> RunInfo | None:
+        matches = sorted((r for r in runs if r.run_id.startswith(name)), key=lambda r: r.start_time)
+        if len(matches) > 1:
+            shown = ", ".join(f"{r.name} ({r.run_id})" for r in matches[:10])
+            more = f" and {len(matches) - 10} more" if len(matches) > 10 else ""
+            raise LmeError(f"run id prefix {name!r} is ambiguous: it starts {len(matches)} runs: {shown}{more}.")
+        return matches[0] if matches else None
+
     if not selectors:
         designs = sorted({j.design for j in jobs})
-        chosen = [s for s in (latest_of_design(d) for d in designs) if s is not None]
+        if questions is None:
+            chosen = [s for s in (latest_of_design(d) for d in designs) if s is not None]
+            notes: list[str] = []
+            common = None
+        else:
+            chosen, notes, common = _same_questions({d: candidates(d) for d in designs}, questions)
         if not chosen:
             raise LmeError(
                 "no finished lme job in this MLflow experiment: run a design first "
                 "(python -m lme +design=bm25 -m seed=1,2,3)."
             )
-        return sorted(chosen, key=lambda s: (s.source.start_time, s.design))
+        return Chosen(sorted(chosen, key=lambda s: (s.source.start_time, s.design)), tuple(notes), common)
 
     selections: list[Selection] = []
     for name in selectors:
@@ -121,15 +247,96 @@ def select_designs(runs: Sequence[RunInfo], selectors: Sequence[str]) -> list[Se
         if by_design is not None:
             selections.append(by_design)
             continue
+        run = by_prefix(name)
+        if run is not None and run.role == PARENT:
+            selections += of_parent(run)
+            continue
+        if run is not None:
+            if run.status != "FINISHED":
+                raise LmeError(f"job run {run.name} ({run.run_id}) is {run.status}, not finished.")
+            selections.append(Selection(run.design, run, (run,)))
+            continue
         known = ", ".join(sorted({j.design for j in jobs})) or "none"
         raise LmeError(
-            f"{name!r} is not a design, a parent run id or name, or a job run id in this MLflow experiment "
-            f"(designs: {known})."
+            f"{name!r} is not a design, a parent run id (or a prefix of one) or name, or a job run id in this "
+            f"MLflow experiment (designs: {known})."
         )
     unique: dict[tuple[str, str], Selection] = {}
     for selection in selections:  # a run named twice (by id and by design) is reported once
         unique.setdefault((selection.design, selection.source.run_id), selection)
-    return list(unique.values())
+    named = list(unique.values())
+    if questions is None:
+        return Chosen(named)
+    named = [_consistent(s, questions) for s in named]
+    keys = {s.questions.key for s in named if s.questions is not None}
+    if len(keys) <= 1:
+        return Chosen(named, (), named[0].questions if named else None)
+    described = "; ".join(f"{s.design} ({s.source.name}): {s.questions.describe()}" for s in named if s.questions)
+    note = ("The runs named did not all run on the same questions (" + described + "): each comparison uses the "
+            "questions both designs ran, and runs on different data files are not like-for-like.")
+    return Chosen(named, (note,), None)
+
+
+def _same_questions(
+    candidates: dict[str, list[Selection]], questions: Callable[[RunInfo], Questions]
+) -> tuple[list[Selection], list[str], Questions | None]:
+    """For each design, its latest run on the chosen questions: among the questions of the designs'
+    latest runs, those the most designs have any run on (a tie: those the most latest runs are on, then
+    those of the newest); the runs passed over and the designs left out, with why."""
+    checked: dict[tuple[str, str], Selection] = {}
+
+    def check(selection: Selection) -> Selection:
+        key = (selection.design, selection.source.run_id)
+        if key not in checked:
+            checked[key] = _consistent(selection, questions)
+        return checked[key]
+
+    latest = {d: check(found[0]) for d, found in candidates.items() if found}
+    if not latest:
+        return [], [], None
+    # the questions of some design's latest run: those the most designs have a run on, then those the
+    # most designs' latest runs are on, then those of the newest latest run
+    counts = Counter(s.questions.key for s in latest.values() if s.questions is not None)
+    newest: dict[tuple, int] = {}
+    for s in latest.values():
+        if s.questions is not None:
+            newest[s.questions.key] = max(newest.get(s.questions.key, 0), s.source.start_time)
+    reach = Counter()
+    if len(counts) > 1:
+        for found in candidates.values():
+            reach.update({c.questions.key for c in map(check, found) if c.questions is not None} & set(counts))
+    best = max(counts, key=lambda key: (reach[key], counts[key], newest[key]))
+    reference = next(s.questions for s in latest.values() if s.questions is not None and s.questions.key == best)
+    assert reference is not None
+    chosen: list[Selection] = []
+    notes: list[str] = []
+    for design, found in candidates.items():
+        passed: list[Selection] = []
+        match = None
+        for candidate in found:
+            candidate = check(candidate)
+            if candidate.questions is not None and candidate.questions.key == best:
+                match = candidate
+                break
+            passed.append(candidate)
+        if match is None:
+            latest_run = passed[0]
+            why = latest_run.questions.differs(reference) if latest_run.questions is not None else "no finished job"
+            if len(passed) == 1:
+                said = f"its only run, {_run_words(latest_run.source)}, ran on other questions than the report's"
+            else:
+                said = (f"none of its {len(passed)} runs ran on the report's questions (the latest, "
+                        f"{_run_words(latest_run.source)}")
+            notes.append(f"Skipped design {design}: {said} ({why}){')' if len(passed) > 1 else ''}.")
+            continue
+        for skipped in passed:
+            why = skipped.questions.differs(reference) if skipped.questions is not None else "no finished job"
+            notes.append(
+                f"Skipped {_run_words(skipped.source)} of design {design}: it ran on other questions than the "
+                f"report's ({why}); its latest run on them, {_run_words(match.source)}, is reported instead."
+            )
+        chosen.append(match)
+    return chosen, notes, reference
 
 
 def labels_for(selections: Sequence[Selection]) -> list[str]:
@@ -177,23 +384,62 @@ def list_runs(settings: TrackingSettings) -> list[RunInfo]:
             if run.data.tags.get("lme.role") not in (PARENT, JOB):
                 continue
             runs.append(RunInfo(run.info.run_id, run.info.run_name or run.info.run_id, run.info.status,
-                                run.info.start_time or 0, dict(run.data.tags)))
+                                run.info.start_time or 0, dict(run.data.tags), dict(run.data.params)))
         token = page.token
         if not token:
             return runs
 
 
-def load_designs(settings: TrackingSettings, selectors: Sequence[str]) -> list[DesignRuns]:
-    """The selected designs with every finished job's outcome rows (the `outcomes.jsonl` artifacts)."""
+def read_artifact_text(settings: TrackingSettings, run_id: str, artifact_path: str) -> str | None:
+    """A run's text artifact, or None when it logged none."""
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    import mlflow
+
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            local = mlflow.artifacts.download_artifacts(
+                run_id=run_id, artifact_path=artifact_path, dst_path=tmp, tracking_uri=settings.uri
+            )
+        except Exception:  # noqa: BLE001 - not logged (an older lme), or not readable: the caller decides
+            return None
+        return Path(local).read_text(encoding="utf-8")
+
+
+QUESTION_IDS_ARTIFACT = "question_ids.txt"
+
+
+@dataclass(frozen=True)
+class Sources:
+    """What `lme report` reads: the designs with their outcome rows, and the notes on runs left out."""
+
+    designs: list[DesignRuns]
+    notes: tuple[str, ...] = ()
+
+
+def load_sources(settings: TrackingSettings, selectors: Sequence[str]) -> Sources:
+    """The selected designs with every finished job's outcome rows (the `outcomes.jsonl` artifacts),
+    compared on the same questions (see the module's docstring)."""
     from lme.tracking import read_outcome_rows
 
-    selections = select_designs(list_runs(settings), selectors)
+    rows_of: dict[str, list[dict[str, Any]] | None] = {}
+
+    def rows(run_id: str) -> list[dict[str, Any]] | None:
+        if run_id not in rows_of:
+            rows_of[run_id] = read_outcome_rows(settings, run_id)
+        return rows_of[run_id]
+
+    def questions(job: RunInfo) -> Questions:
+        text = read_artifact_text(settings, job.run_id, QUESTION_IDS_ARTIFACT)
+        ids = None if text is None else frozenset(line.strip() for line in text.splitlines() if line.strip())
+        return Questions(job.params.get("dataset.sha256"), ids, job.params.get("dataset.name"))
+
+    chosen = choose_sources(list_runs(settings), selectors, questions)
     designs = []
-    for label, selection in zip(labels_for(selections), selections):
+    for label, selection in zip(labels_for(chosen.selections), chosen.selections):
         jobs, notes = [], list(selection.notes)
         for job in selection.jobs:
-            rows = read_outcome_rows(settings, job.run_id)
-            if rows is None:
+            job_rows = rows(job.run_id)
+            if job_rows is None:
                 notes.append(f"job {job.name} ({job.run_id}) logged no outcomes.jsonl, left out")
                 continue
             jobs.append(JobOutcomes(
@@ -202,8 +448,15 @@ def load_designs(settings: TrackingSettings, selectors: Sequence[str]) -> list[D
                 seed=job.tags.get("lme.seed", "?"),
                 judge=job.tags.get("lme.judge", "unknown judge"),
                 judge_official=job.tags.get("lme.judge_official", "false") == "true",
-                rows=tuple(rows),
+                rows=tuple(job_rows),
             ))
+        q = selection.questions
         designs.append(DesignRuns(label, selection.design, selection.source.run_id, selection.source.name,
-                                  tuple(jobs), tuple(notes)))
-    return designs
+                                  tuple(jobs), tuple(notes), data=q.describe() if q else None,
+                                  questions_digest=q.digest if q else None))
+    return Sources(designs, chosen.notes)
+
+
+def load_designs(settings: TrackingSettings, selectors: Sequence[str]) -> list[DesignRuns]:
+    """The selected designs with every finished job's outcome rows (`load_sources` without its notes)."""
+    return load_sources(settings, selectors).designs

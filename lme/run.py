@@ -28,7 +28,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +102,7 @@ class Step:
     correct: bool | None  # the verdict on `answer` after this step; None without a judge
     reader: CallStats = field(default_factory=CallStats)
     judge: CallStats = field(default_factory=CallStats)
+    judge_error: str | None = None  # the judge call on this step's answer failed: why
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Step:
@@ -124,6 +125,12 @@ class Outcome:
     judge: CallStats = field(default_factory=CallStats)  # summed over the steps
     seconds: float = 0.0
     steps: tuple[Step, ...] = ()  # the first pass, then every configured rule in order
+    judge_error: str | None = None  # the verdict on the final answer is missing: why (its judge call failed)
+
+    @property
+    def complete(self) -> bool:
+        """The question has an answer and a verdict on it (a rerun asks again for anything less)."""
+        return self.answer is not None and self.judge_error is None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), ensure_ascii=False, sort_keys=True)
@@ -139,24 +146,65 @@ class Outcome:
 
 
 class Journal:
-    """Append-only JSONL of outcomes; one line per completed question."""
+    """Append-only JSONL of outcomes; one line per completed question.
+
+    `resume` prepares a journal for a rerun: a line cut by a kill mid-write (or otherwise unreadable) is
+    dropped, and so are the outcomes that lack an answer or a verdict, so those questions run again; the
+    file is rewritten (atomically) only when something was dropped, and is never appended onto a cut line.
+    """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()  # appends come from worker threads: one whole line at a time
 
-    def read(self) -> list[Outcome]:
+    def _lines(self) -> tuple[list[Outcome], int]:
+        """(the readable outcomes, the number of unreadable lines); a later line for a question replaces an earlier."""
         if not self.path.exists():
-            return []
-        outcomes = []
-        for line in self.path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                try:
-                    outcomes.append(Outcome.from_dict(json.loads(line)))
-                except (json.JSONDecodeError, TypeError, KeyError):
-                    continue  # a line cut by a crash: that question runs again
-        return outcomes
+            return [], 0
+        by_id: dict[str, Outcome] = {}
+        broken = 0
+        data = self.path.read_bytes()
+        for line in data.decode("utf-8", errors="replace").split("\n"):
+            if not line.strip():
+                continue
+            try:
+                outcome = Outcome.from_dict(json.loads(line))
+            except (json.JSONDecodeError, TypeError, KeyError, ValueError, AttributeError):
+                broken += 1  # a line cut by a crash: that question runs again
+                continue
+            by_id.pop(outcome.question_id, None)
+            by_id[outcome.question_id] = outcome
+        if data and not data.endswith(b"\n") and not broken:
+            broken = -1  # whole, but the newline is missing: the next append must not join it
+        return list(by_id.values()), broken
+
+    def read(self) -> list[Outcome]:
+        return self._lines()[0]
+
+    def resume(self) -> tuple[dict[str, Outcome], dict[str, int]]:
+        """The outcomes a rerun keeps, by question id, and what was dropped: `{"broken": lines cut or
+        unreadable, "incomplete": outcomes without an answer or a verdict}`."""
+        outcomes, broken = self._lines()
+        kept = {o.question_id: o for o in outcomes if o.complete}
+        dropped = {"broken": max(0, broken), "incomplete": len(outcomes) - len(kept)}
+        if broken or dropped["incomplete"] or len(outcomes) != self._count_lines():
+            self._rewrite(list(kept.values()))
+        return kept, dropped
+
+    def _count_lines(self) -> int:
+        if not self.path.exists():
+            return 0
+        return sum(1 for line in self.path.read_bytes().split(b"\n") if line.strip())
+
+    def _rewrite(self, outcomes: list[Outcome]) -> None:
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with self._lock:
+            with tmp.open("w", encoding="utf-8") as handle:
+                handle.writelines(outcome.to_json() + "\n" for outcome in outcomes)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, self.path)
 
     def append(self, outcome: Outcome) -> None:
         line = outcome.to_json() + "\n"
@@ -171,8 +219,24 @@ def answer_of(call: CallResult) -> tuple[str | None, str | None]:
     if not call.ok:
         return None, call.error
     if not (call.text or "").strip():
-        return None, "empty answer"
+        return None, "EmptyAnswer: the reader's reply is empty"
     return call.text, None
+
+
+def empty_as_failed(call: CallResult) -> CallResult:
+    """A reader reply with no text counted as a failed call (its tokens and dollars kept)."""
+    if call.ok and not (call.text or "").strip():
+        return replace(call, text=None, error="EmptyAnswer: the reader's reply is empty"
+                       + (f" (refused: {call.refusal})" if call.refusal else ""))
+    return call
+
+
+def error_class(error: str | None) -> str:
+    """The class of a recorded error (`"TimeoutError: ..."` -> `"TimeoutError"`)."""
+    if not error:
+        return "unknown"
+    head = error.split(":", 1)[0].strip()
+    return head if head.isidentifier() else "error"
 
 
 async def answer_question(
@@ -209,7 +273,7 @@ async def answer_question(
             text, question, await memory_for(view), reader.instruction_role,
             extra={"attempt": attempt} if attempt > 1 else None,
         )
-        return await gateway.complete(reader.model, messages, seed=seed)
+        return empty_as_failed(await gateway.complete(reader.model, messages, seed=seed))
 
     async def verdict_on(answer: str | None) -> tuple[Verdict | None, CallStats]:
         """The judge's verdict on `answer`; an answer already judged for this question costs nothing."""
@@ -228,6 +292,7 @@ async def answer_question(
         rule=FIRST_PASS, view=FIRST_PASS_VIEW, instruction_sha256=sha256_text(instruction), chosen=True,
         reread=False, failed=error is not None, error=error, step_answer=answer, answer=answer,
         correct=verdict.correct if verdict else None, reader=CallStats.of(call), judge=judge_stats,
+        judge_error=judge_error_of(verdict, judge_stats),
     )]
     first_error = error
     for step in rules:
@@ -244,6 +309,7 @@ async def answer_question(
             rule=rule.name, view=rule.view, instruction_sha256=sha256_text(step.instruction), chosen=chosen,
             reread=call is not None, failed=error is not None, error=error, step_answer=step_answer, answer=answer,
             correct=verdict.correct if verdict else None, reader=CallStats.of(call), judge=judge_stats,
+            judge_error=judge_error_of(verdict, judge_stats),
         ))
     first_memory = memories[FIRST_PASS_VIEW]
     return Outcome(
@@ -261,7 +327,13 @@ async def answer_question(
         judge=CallStats.total(s.judge for s in steps),
         seconds=round(time.perf_counter() - started, 4),
         steps=tuple(steps),
+        judge_error=verdict.error if verdict is not None else None,
     )
+
+
+def judge_error_of(verdict: Verdict | None, stats: CallStats) -> str | None:
+    """The judge's error on a step whose verdict was asked for in it (a reused verdict is not counted again)."""
+    return verdict.error if verdict is not None and stats.calls else None
 
 
 async def run_questions(
@@ -285,7 +357,7 @@ async def run_questions(
     `questions` may be a lazy stream (LongMemEval-M): at most `concurrency`
     questions are held at once, so memory grows with that, not with the file.
     """
-    done = {outcome.question_id: outcome for outcome in journal.read()}
+    done, _ = journal.resume()  # what lacks an answer or a verdict, or was cut by a kill, runs again
     order: list[str] = []
     slots = asyncio.Semaphore(max(1, concurrency))
     running: set[asyncio.Task[None]] = set()

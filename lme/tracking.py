@@ -19,6 +19,7 @@ directory when it exists there, so relative paths mean the same in every job.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import json
 import os
@@ -36,10 +37,7 @@ PARENT_ENV = "LME_PARENT_RUN_ID"
 # Never keys: a key would be written to the job's .hydra/hydra.yaml; workers take keys from their environment.
 FORWARDED_ENV = ("LME_CACHE_DIR", "LME_DATA_DIR", "LME_JUDGE_TEMPLATES")
 OUTCOMES_ARTIFACT = "outcomes.jsonl"
-_SECRET_NAMES = {"api_key", "key", "token", "secret", "password", "authorization"}
 _MAX_PARAM_CHARS = 500
-# Values shaped like provider keys and tokens: OpenAI/Anthropic `sk-`, bearer tokens, Hugging Face, AWS, GitHub, Slack, Google.
-_KEY_LIKE = re.compile(r"(?:sk-|Bearer\s|hf_[A-Za-z0-9]{8}|AKIA[0-9A-Z]{12}|gh[pousr]_[A-Za-z0-9]{8}|xox[abprs]-|AIza[0-9A-Za-z_-]{20})")
 
 
 @dataclass(frozen=True)
@@ -63,12 +61,11 @@ def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def looks_like_a_key(value: Any) -> bool:
-    """Whether a config value looks like an API key or token (`sk-...`, `Bearer ...`, `hf_...`, `AKIA...`)."""
-    if isinstance(value, (list, tuple)):
-        return any(looks_like_a_key(item) for item in value)
-    if isinstance(value, Mapping):
-        return any(looks_like_a_key(item) for item in value.values())
-    return isinstance(value, str) and _KEY_LIKE.match(value.strip()) is not None
+    """Whether a config value holds an API key or token anywhere in it (`sk-...`, `Bearer ...`, `hf_...`,
+    `AKIA...`; `lme.secrets` has the rules), in a string or any string inside a list or mapping."""
+    from lme import secrets
+
+    return secrets.looks_like_a_key(value)
 
 
 def params_from_config(config: Mapping[str, Any]) -> dict[str, str]:
@@ -76,17 +73,15 @@ def params_from_config(config: Mapping[str, Any]) -> dict[str, str]:
 
     A value that looks like an API key under any other name is refused (`LmeError`): keys belong in
     the environment, named by a model's `api_key_env`."""
-    from lme.errors import LmeError
+    from lme import secrets
 
     params = {}
     for name, value in flatten(config).items():
-        if name.rsplit(".", 1)[-1].lower() in _SECRET_NAMES:
+        if secrets.secret_named(name.rsplit(".", 1)[-1]):
             continue
-        if looks_like_a_key(value):
-            raise LmeError(
-                f"config value {name} looks like an API key; keys are never logged: put the key in an "
-                "environment variable and name that variable in the model's api_key_env."
-            )
+        found = secrets.findings(value, name)
+        if found:  # refused, named by its flattened key (never the secret)
+            raise secrets.refusal(name, found[0].kind)
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
         if len(text) > _MAX_PARAM_CHARS:
             text = "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -115,18 +110,46 @@ def artifact_location(settings: TrackingSettings) -> str | None:
     return Path(location).resolve().as_uri()
 
 
+_READY: set[str] = set()  # tracking URIs whose store this process has opened (and, if new, created)
+
+
+@contextlib.contextmanager
+def _store_lock(settings: TrackingSettings):
+    """Several processes opening a fresh SQLite tracking store at once would race in MLflow's schema
+    migration (one crashes): the first opening in each process holds an exclusive lock on a file beside
+    the store. Other stores (a tracking server) need none."""
+    uri = settings.uri
+    if uri in _READY or not uri.startswith("sqlite:///"):
+        yield
+        return
+    import fcntl
+
+    path = Path(uri.removeprefix("sqlite:///"))
+    if uri.startswith("sqlite:////"):
+        path = Path("/" + uri.removeprefix("sqlite:////"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+            _READY.add(uri)
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def experiment_id(settings: TrackingSettings) -> str:
-    client = _client(settings)
-    experiment = client.get_experiment_by_name(settings.experiment)
-    if experiment is not None:
-        return experiment.experiment_id
-    try:
-        return client.create_experiment(settings.experiment, artifact_location=artifact_location(settings))
-    except Exception:  # another job created it first
+    with _store_lock(settings):
+        client = _client(settings)
         experiment = client.get_experiment_by_name(settings.experiment)
-        if experiment is None:
-            raise
-        return experiment.experiment_id
+        if experiment is not None:
+            return experiment.experiment_id
+        try:
+            return client.create_experiment(settings.experiment, artifact_location=artifact_location(settings))
+        except Exception:  # another job created it first
+            experiment = client.get_experiment_by_name(settings.experiment)
+            if experiment is None:
+                raise
+            return experiment.experiment_id
 
 
 class JobRun:
@@ -135,10 +158,12 @@ class JobRun:
     def __init__(self, settings: TrackingSettings, run_name: str, tags: Mapping[str, str], parent_id: str | None = None):
         self.settings = settings
         self.client = _client(settings)
-        all_tags = dict(tags)
+        all_tags = dict(tags) | owner_tags()
         if parent_id:
             all_tags["mlflow.parentRunId"] = parent_id
-        run = self.client.create_run(experiment_id(settings), run_name=run_name, tags=all_tags)
+        experiment = experiment_id(settings)
+        repair_orphans(settings, experiment_ids=[experiment], quiet=True)  # runs a SIGKILL left RUNNING
+        run = self.client.create_run(experiment, run_name=run_name, tags=all_tags)
         self.run_id = run.info.run_id
 
     def log_params(self, params: Mapping[str, str]) -> None:
@@ -166,8 +191,55 @@ class JobRun:
     def log_text(self, text: str, artifact_file: str) -> None:
         self.client.log_text(self.run_id, text, artifact_file)
 
-    def finish(self, status: str = "FINISHED") -> None:
+    def finish(self, status: str = "FINISHED", failure: str | None = None) -> None:
+        """End the run; `failure` (why it failed or stopped) goes into the tag `lme.failure`."""
+        if failure:
+            self.client.set_tag(self.run_id, FAILURE_TAG, failure[:5000])
         self.client.set_terminated(self.run_id, status)
+
+
+FAILURE_TAG = "lme.failure"
+_OWNER_TAGS = ("lme.host", "lme.pid", "lme.pid_start")
+
+
+def owner_tags() -> dict[str, str]:
+    """Which process owns a run: a run left RUNNING by a process that is gone was orphaned (SIGKILL)."""
+    import socket
+
+    from lme.models.ledger import process_start
+
+    pid = os.getpid()
+    return {"lme.host": socket.gethostname(), "lme.pid": str(pid), "lme.pid_start": process_start(pid)}
+
+
+def repair_orphans(settings: TrackingSettings, experiment_ids: list[str] | None = None, quiet: bool = False) -> list[str]:
+    """Mark KILLED every RUNNING run whose owning process, on this machine, is gone; returns their ids.
+    Runs owned by another machine are left alone (their process cannot be checked from here)."""
+    import socket
+
+    from lme.models.ledger import process_alive
+
+    client = _client(settings)
+    ids = experiment_ids or [experiment_id(settings)]
+    host = socket.gethostname()
+    repaired = []
+    try:
+        running = client.search_runs(ids, filter_string="attributes.status = 'RUNNING'", max_results=10_000)
+    except Exception:  # noqa: BLE001 - a store that cannot be searched has nothing to repair here
+        return []
+    for run in running:
+        tags = run.data.tags
+        if tags.get("lme.host") != host or not str(tags.get("lme.pid", "")).isdigit():
+            continue
+        if process_alive(int(tags["lme.pid"]), tags.get("lme.pid_start", "")):
+            continue
+        client.set_tag(run.info.run_id, FAILURE_TAG, "orphaned: the process running it ended without closing it "
+                       f"(killed?); marked KILLED by process {os.getpid()}")
+        client.set_terminated(run.info.run_id, "KILLED")
+        repaired.append(run.info.run_id)
+    if repaired and not quiet:
+        print(f"lme: marked {len(repaired)} orphaned MLflow run(s) KILLED: {', '.join(repaired)}", flush=True)
+    return repaired
 
 
 def read_outcome_rows(settings: TrackingSettings, run_id: str) -> list[dict[str, Any]] | None:
@@ -295,10 +367,13 @@ class MultirunParent(_HydraCallback):
                 _import_litellm()
         if self.settings.enabled:
             overrides = list(config.hydra.overrides.task)
+            dataset = str(config.dataset.name) if not _sweeps(overrides, "dataset") else "datasets"
+            design = str(config.design_name) if not _sweeps(overrides, "+design", "design") else "designs"
             self.parent = JobRun(
                 self.settings,
-                run_name=f"{config.design_name}-multirun",
-                tags={"lme.role": "parent", "lme.design": str(config.design_name), "lme.overrides": " ".join(overrides)},
+                run_name=f"{design}-{dataset}-multirun",
+                tags={"lme.role": "parent", "lme.design": str(config.design_name), "lme.dataset": dataset,
+                      "lme.overrides": " ".join(overrides)},
             )
             self.parent.log_params({"sweep.overrides": " ".join(overrides)[:_MAX_PARAM_CHARS]})
             os.environ[PARENT_ENV] = self.parent.run_id  # jobs in this process (the basic launcher)
@@ -315,25 +390,78 @@ class MultirunParent(_HydraCallback):
             os.chdir(launch_dir)
 
     def _fail_if_open(self) -> None:
+        """At exit, a parent still open was left by a job that stopped the study (a cap, a failure no retry
+        can fix, Ctrl-C): it ends FAILED (KILLED when stopped on purpose) with the job's reason."""
         if self.parent is not None:
-            self.parent.finish("FAILED")
+            status, reason = STOPPED or ("FAILED", "a job stopped the sweep before it ended")
+            self.parent.finish(status, f"{reason} (see the job's run)")
             self.parent = None
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
         if self.parent is None or self.settings is None:
             return
-        status = "FINISHED"
+        status, failure = "FINISHED", None
         try:
             metrics, summary = summarise_children(self.settings, self.parent.run_id)
             self.parent.log_metrics(metrics)
             self.parent.log_text(json.dumps({"metrics": metrics, **summary}, indent=2, sort_keys=True), "across_runs.json")
             if metrics.get("n_failed_runs"):
-                status = "FAILED"
+                status, failure = "FAILED", f"{int(metrics['n_failed_runs'])} job(s) failed or are incomplete"
             from lme.app import after_multirun  # the parent's own stages: steps.json, the arbiter
 
             if not after_multirun(config, self.parent, self.settings):
-                status = "FAILED"
+                status, failure = "FAILED", failure or "a stage after the jobs failed"
+            print(multirun_summary(metrics, summary, self.parent.run_id, self.settings), flush=True)
         finally:
-            self.parent.finish(status)
+            if status != "FINISHED":
+                FAILED_STUDIES.append(self.parent.run_id)
+            self.parent.finish(status, failure)
             self.parent = None
             os.environ.pop(PARENT_ENV, None)
+
+
+STOPPED: tuple[str, str] | None = None  # (MLflow status, reason) of a job that stopped this process's study
+FAILED_STUDIES: list[str] = []  # parent runs of this process that ended FAILED (the exit status says so)
+
+
+def note_stop(status: str, reason: str) -> None:
+    """A job is stopping the study (SystemExit follows): the multirun parent ends with this status and reason."""
+    global STOPPED
+    STOPPED = (status, reason)
+
+
+def _sweeps(overrides: list[str], *keys: str) -> bool:
+    """Whether the sweep's overrides give the jobs several values of a key starting with one of `keys`."""
+    for override in overrides:
+        key, _, value = str(override).partition("=")
+        if key.lstrip("+~").startswith(tuple(k.lstrip("+") for k in keys)) and ("," in value or "(" in value):
+            return True
+    return False
+
+
+def multirun_summary(metrics: Mapping[str, float], summary: Mapping[str, Any], parent_id: str,
+                     settings: TrackingSettings) -> str:
+    """What a multirun prints at the end: per design, the mean of runs and the count correct in a majority of
+    runs, the failed jobs, the parent run and how to look at it."""
+    designs = summary.get("designs", {})
+    lines = []
+    for design, info in sorted(designs.items()):
+        prefix = "" if len(designs) == 1 else f"{design}/"
+        n_runs = int(info.get("n_runs", 0))
+        mean = metrics.get(prefix + "mean_accuracy")
+        count = metrics.get(prefix + "majority_correct_count")
+        share = metrics.get(prefix + "majority_correct_accuracy")
+        threshold = n_runs // 2 + 1
+        line = f"multirun, design {design}: {n_runs} run{'s' if n_runs != 1 else ''}"
+        if mean is not None:
+            line += f", mean of runs {mean:.3f}"
+        if count is not None:
+            line += f", correct in at least {threshold} of {n_runs}: {int(count)}"
+            line += f" ({share:.3f})" if share is not None else ""
+        lines.append(line)
+    failed = int(metrics.get("n_failed_runs", 0))
+    if failed or not designs:
+        lines.append(f"multirun: {failed} job(s) failed or are incomplete; they are left out of the measures above")
+    uri = settings.uri
+    lines.append(f"MLflow parent run {parent_id}; to compare: mlflow ui --backend-store-uri {uri}")
+    return "\n".join(lines)

@@ -41,7 +41,17 @@ Each fault is a `Fault` or a tuple:
 - `("refusal",)`: a well-formed completion with `content: null` and a `refusal`;
 - `("slow", seconds)`: the normal reply, after `seconds` (default `slow_s`),
   i.e. past a client's timeout;
-- `("disconnect",)`: the connection is closed without any response.
+- `("disconnect",)`: the connection is closed without any response;
+- `("empty_choices",)`: status 200, a completion whose `choices` list is empty
+  (usage still reported: the request was billed);
+- `("null_content",)`: a completion whose message content is null, with no
+  refusal and no tool call;
+- `("oversize", words)`: the normal reply padded to `words` words (default
+  `oversize_words`), ignoring the request's `max_tokens`, with usage to match,
+  as a provider that ignores the cap would bill it.
+
+`ignore_max_tokens=True` makes every normal reply ignore the request's maximum
+(and `pad_to_words` pads every reply to that many words).
 
 Replies report token usage: the words of the messages and of the reply (or the
 fixed `prompt_tokens` / `completion_tokens`), optional cached and reasoning
@@ -85,7 +95,9 @@ from typing import Any
 
 Reply = str | Callable[[dict[str, Any]], str] | Mapping[str, str]
 
-NAMED_KINDS = ("malformed", "empty", "empty_content", "refusal", "slow", "disconnect")
+NAMED_KINDS = (
+    "malformed", "empty", "empty_content", "refusal", "slow", "disconnect", "empty_choices", "null_content", "oversize",
+)
 # The mix `--fault-rate R` spreads R over (weights), covering every fault kind the gateway must survive.
 DEFAULT_FAULT_MIX: dict[str, float] = {
     "429": 3,
@@ -279,6 +291,9 @@ class LoopbackServer:
         prefix_cache_min: int = 0,
         reasoning_tokens: int | None = None,
         default_answer: str = "I don't know.",
+        oversize_words: int = 100_000,
+        ignore_max_tokens: bool = False,
+        pad_to_words: int | None = None,
         record_bodies: bool = True,
         host: str = "127.0.0.1",
         port: int = 0,
@@ -299,6 +314,9 @@ class LoopbackServer:
         self.retry_after_s = retry_after_s
         self.slow_s = slow_s
         self.record_bodies = record_bodies
+        self.oversize_words = oversize_words
+        self.ignore_max_tokens = ignore_max_tokens
+        self.pad_to_words = pad_to_words
         self.host = host
         self._port = port
         rates = dict(fault_rates or {})
@@ -403,12 +421,16 @@ class LoopbackServer:
             self._in_flight -= 1
             self.counts[outcome] += 1
 
-    def _completion(self, body: dict[str, Any], content: str | None = None, refusal: str | None = None) -> dict[str, Any]:
+    def _completion(self, body: dict[str, Any], content: str | None = None, refusal: str | None = None,
+                    pad_to: int | None = None) -> dict[str, Any]:
         finish = self.finish_reason
         if content is None and refusal is None:
             content = self._reply(body)
+            pad_to = pad_to if pad_to is not None else self.pad_to_words
+            if pad_to is not None and count_words(content) < pad_to:
+                content = content + " word" * (pad_to - count_words(content))
             limit = _max_output(body)
-            if limit is not None and count_words(content) > limit:
+            if limit is not None and count_words(content) > limit and not self.ignore_max_tokens and pad_to is None:
                 content, finish = " ".join(content.split()[:limit]), "length"
         messages = body.get("messages") or []
         prompt = self.prompt_tokens
@@ -506,6 +528,20 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if fault.kind == "empty_content":
             self._send_json(200, owner._completion(body, content=""))
+            return
+        if fault.kind == "empty_choices":
+            reply = owner._completion(body)
+            reply["choices"] = []
+            self._send_json(200, reply)
+            return
+        if fault.kind == "null_content":
+            reply = owner._completion(body)
+            reply["choices"][0]["message"]["content"] = None
+            self._send_json(200, reply)
+            return
+        if fault.kind == "oversize":
+            words = int(fault.retry_after_s) if fault.retry_after_s is not None else owner.oversize_words
+            self._send_json(200, owner._completion(body, pad_to=words))
             return
         if fault.kind == "refusal":
             self._send_json(200, owner._completion(body, refusal=fault.message or REFUSAL_TEXT))

@@ -115,10 +115,13 @@ def pipeline_runs() -> list[list[dict[str, Any]]]:
 
 
 def log_study(settings: Any, design: str, runs: list[list[dict[str, Any]]], tmp: Any, judge: str = "offline-lexical-judge",
-              official: bool = False, parent: bool = True) -> tuple[str | None, list[str]]:
+              official: bool = False, parent: bool = True, questions: list[str] | None = None,
+              data_sha256: str | None = None, dataset: str | None = None) -> tuple[str | None, list[str]]:
     """Log a design's runs to a real MLflow store as lme does: a parent (lme.role=parent) and one
     job per run (lme.role=job, lme.design, lme.seed, lme.judge, lme.judge_official) with its
-    outcomes.jsonl artifact. Returns (parent id, job ids)."""
+    outcomes.jsonl artifact; with `questions`, each job also logs them as `question_ids.txt`, and
+    `data_sha256` / `dataset` as the params `dataset.sha256` / `dataset.name`, as `lme.app.run_job`
+    does. Returns (parent id, job ids)."""
     import json
     import time
     from pathlib import Path
@@ -138,6 +141,11 @@ def log_study(settings: Any, design: str, runs: list[list[dict[str, Any]]], tmp:
         path = folder / "outcomes.jsonl"
         path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
         job.log_artifact(path)
+        if questions is not None:
+            job.log_text("".join(f"{qid}\n" for qid in questions), "question_ids.txt")
+        params = {key: value for key, value in (("dataset.sha256", data_sha256), ("dataset.name", dataset)) if value}
+        if params:
+            job.log_params(params)
         job.finish()
         job_ids.append(job.run_id)
     if parent_run is not None:

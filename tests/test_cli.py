@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import pytest
 
-from lme.cli import compose_config, split_overrides
+from lme.cli import compose_config, split_overrides, unknown_command
 from lme.errors import LmeError
 from lme.__main__ import hoist_flags
 
@@ -34,3 +35,57 @@ def test_compose_config_applies_overrides_and_reports_a_bad_one_in_one_sentence(
     assert cfg.design_name == "bm25" and cfg.limit == 3
     with pytest.raises(LmeError, match="no_such_group"):
         compose_config(["no_such_group=x"])
+
+
+def lme_process(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    return subprocess.run([sys.executable, "-m", "lme", *args], capture_output=True, text=True, timeout=120,
+                          env={**environ, **env})
+
+
+def test_an_unknown_command_is_refused_with_the_nearest_one():
+    result = lme_process("reprot")
+    assert result.returncode == 2
+    assert result.stderr == "lme: error: unknown command 'reprot'; did you mean 'report'?\n"
+    assert unknown_command(["reprot", "--json"]) == "unknown command 'reprot'; did you mean 'report'?"
+    assert unknown_command(["hlep"]) == "unknown command 'hlep'; did you mean 'help'?"
+    assert "unknown command 'xyzzy'; `python -m lme help` lists the commands" in unknown_command(["xyzzy"])
+    for fine in ([], ["report"], ["help"], ["seed=1"], ["+design=bm25"], ["~prereg"], ["-m", "seed=1,2"], ["--help"]):
+        assert unknown_command(fine) is None, fine
+
+
+def test_a_config_group_option_that_does_not_exist_lists_the_options_and_exits_2():
+    # HYDRA_FULL_ERROR asks Hydra for tracebacks: a user's config error still gets one sentence
+    result = lme_process("reader=gpt6", "tracking.enabled=false", HYDRA_FULL_ERROR="1")
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[0] == "lme: error: Could not find 'reader/gpt6'"
+    assert "Available options in 'reader':" in lines[1] and {"gpt5_mini", "offline"} <= {line.strip() for line in lines}
+    assert "Traceback" not in result.stderr and "HYDRA_FULL_ERROR" not in result.stderr
+    assert result.stderr.count("lme: error:") == 1 and result.stdout == ""
+
+
+def test_an_unknown_key_exits_2_with_hydras_hint():
+    result = lme_process("-m", "foo=1", "seed=1,2", "tracking.enabled=false")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("lme: error: Could not override 'foo': Key 'foo' is not in struct\n")
+    assert "+foo=1" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_help_starts_with_lmes_own_usage_then_hydras():
+    for flag in ("--help", "-h"):
+        result = lme_process(flag)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.startswith("usage: python -m lme [overrides] [-m]")
+        assert "python -m lme report ..." in result.stdout and "python -m lme help" in result.stdout
+        assert "== Configuration groups ==" in result.stdout and "dataset: m, oracle, s, sample" in result.stdout
+
+
+def test_config_error_message_keeps_the_options_and_drops_the_search_path():
+    with pytest.raises(LmeError) as error:
+        compose_config(["reader=gpt6"])
+    message = str(error.value)
+    assert message.splitlines()[0] == "config overrides 'reader=gpt6': Could not find 'reader/gpt6'"
+    assert "    gpt5_mini" in message.splitlines() and "search path" not in message
+    with pytest.raises(LmeError, match=r"override 'seed=\[1': no viable alternative"):
+        compose_config(["seed=[1"])

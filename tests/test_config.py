@@ -99,3 +99,31 @@ def test_default_is_offline_on_the_bundled_sample(tmp_path):
     assert cfg.reader.model.model.startswith("lme-offline/")
     assert cfg.judge.official is False
     assert cfg.tracking.uri.startswith("sqlite:///")
+
+
+def test_dataset_name_resolver_gives_the_short_name_for_the_groups_own_file_else_the_stem():
+    from lme.resolvers import data_stem, dataset_name
+
+    assert data_stem("/d/longmemeval_s_cleaned.json.xz") == "longmemeval_s_cleaned"
+    assert data_stem("/d/foo.json.gz") == "foo" and data_stem("foo.json") == "foo" and data_stem("foo.jsonl") == "foo"
+    assert data_stem("/d/noext") == "noext" and data_stem("/d/.json") == ".json" and data_stem(None) == ""
+    assert dataset_name("/cache/data/longmemeval_s_cleaned.json", "longmemeval_s_cleaned", "s") == "s"
+    assert dataset_name("/x/longmemeval_s_cleaned.json.xz", "longmemeval_s_cleaned", "s") == "s"
+    assert dataset_name("/x/y/foo.json.xz", "longmemeval_s_cleaned", "s") == "foo"
+    cfg = OmegaConf.create({"dataset": {"path": "/a/b/mine.json.gz", "name": "${lme_stem:${.path}}"}})
+    assert cfg.dataset.name == "mine"
+
+
+@pytest.mark.parametrize(("overrides", "name"), [
+    ([], "sample"),
+    (["dataset.path=/x/y/foo.json.xz"], "foo"),
+    (["dataset=s"], "s"),
+    (["dataset=s", "data_dir=/elsewhere"], "s"),
+    (["setup=paper", "dataset.path=/x/other.json"], "other"),
+    (["dataset=oracle", "dataset.path=/x/longmemeval_oracle.json.gz"], "oracle"),
+    (["dataset.path=/x/foo.json", "dataset.name=mine"], "mine"),
+])
+def test_composed_dataset_name_follows_dataset_path(overrides, name):
+    from lme.cli import compose_config
+
+    assert compose_config(overrides).dataset.name == name

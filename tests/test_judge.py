@@ -241,12 +241,20 @@ def test_judge_call_follows_the_protocol(reply, expected):
 
 @pytest.mark.usefixtures("warm_litellm", "test_key")
 def test_failed_judge_call_counts_as_wrong():
-    with LoopbackServer(reply="yes", faults=[("400",)]) as server:
+    with LoopbackServer(reply="yes", faults=[("500",)] * 6) as server:
         verdict = asyncio.run(official_judge(server).judge(Gateway(), make_question(), "red"))
-        assert len(server.requests) == 1
     assert verdict.correct is False and verdict.reply is None
     assert verdict.call is not None and not verdict.call.ok
-    assert "judge call failed" in verdict.note
+    assert "judge call failed" in verdict.note and verdict.error and "InternalServerError" in verdict.error
+
+
+@pytest.mark.usefixtures("warm_litellm", "test_key")
+@pytest.mark.parametrize("fault", ["empty_content", "null_content"])
+def test_an_empty_judge_reply_is_a_missing_verdict_not_a_no(fault):
+    with LoopbackServer(reply="", faults=[(fault,)] * 6) as server:
+        verdict = asyncio.run(official_judge(server).judge(Gateway(), make_question(), "red"))
+    assert verdict.correct is False and verdict.reply is None
+    assert verdict.error is not None and ("EmptyVerdict" in verdict.error or "MalformedReply" in verdict.error)
 
 
 @pytest.mark.usefixtures("warm_litellm", "test_key")

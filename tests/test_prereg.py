@@ -242,6 +242,43 @@ def test_code_change_is_named_by_file_and_git_state_is_only_a_note(tmp_path):
     assert notes == ["code.git_dirty"]
 
 
+def test_a_record_and_its_folder_do_not_make_the_tree_dirty(tmp_path):
+    if not HAS_GIT:
+        pytest.skip("git is not installed")
+    package = checkout(tmp_path)
+    record = tmp_path / "prereg" / "bm25.yaml"
+    record.parent.mkdir()
+    record.write_text("frozen\n", encoding="utf-8")
+    (tmp_path / "prereg" / "other.yaml").write_text("frozen too\n", encoding="utf-8")
+    assert code_version(package)["git_dirty"] is True
+    assert code_version(package, ignore=[record])["git_dirty"] is False
+    (tmp_path / "notes.txt").write_text("a change elsewhere\n", encoding="utf-8")
+    assert code_version(package, ignore=[record])["git_dirty"] is True
+    (tmp_path / "notes.txt").unlink()
+    at_top = tmp_path / "top.yaml"  # a record at the top: only the file itself is left out
+    at_top.write_text("frozen\n", encoding="utf-8")
+    assert code_version(package, ignore=[at_top, record])["git_dirty"] is False
+    inside = package / "conf" / "rec.yaml"  # never the package's own folders
+    inside.write_text("frozen\n", encoding="utf-8")
+    assert code_version(package, ignore=[inside, at_top, record])["git_dirty"] is True
+
+
+def test_freeze_into_the_repository_then_verify_reports_a_clean_tree(tmp_path, monkeypatch, capsys):
+    if not HAS_GIT:
+        pytest.skip("git is not installed")
+    import lme.prereg as prereg
+
+    package = checkout(tmp_path / "repo")
+    original = prereg.code_version
+    monkeypatch.setattr(prereg, "code_version", lambda ignore=(): original(package, ignore=ignore))
+    monkeypatch.chdir(tmp_path / "repo")
+    assert main(["freeze", *FAST]) == 0  # the default file, prereg/bm25.yaml, in the checkout
+    assert "(dirty tree)" not in capsys.readouterr().out
+    assert main(["verify", "prereg/bm25.yaml"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "matches" and "git_dirty" not in out, out
+
+
 def test_package_versions_block_except_mlflow_and_edits_break_the_seal(clean_code):
     record = seal(record_of(FAST, code=clean_code))
     fresh = record_of(FAST, code=clean_code)

@@ -24,7 +24,7 @@ from lme.report import (
     render_markdown,
     report_json,
 )
-from lme.report_source import RunInfo, labels_for, select_designs
+from lme.report_source import Questions, RunInfo, choose_sources, labels_for, select_designs
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -229,6 +229,97 @@ def test_repeated_designs_get_distinct_labels_and_repeats_are_dropped():
     assert labels_for(select_designs(RUNS + renamed, ["P2", "P4"])) == ["bm25@bm25-multirun", "bm25@other"]
 
 
+def test_a_unique_run_id_prefix_names_a_run_and_an_ambiguous_one_is_refused():
+    runs = [
+        run("ab12cd", "bm25-multirun", "parent", "bm25", 1),
+        run("ab34ef", "bm25-seed1", "job", "bm25", 2, "ab12cd"),
+        run("99aa00", "solo-seed1", "job", "solo", 3),
+    ]
+    assert [s.source.run_id for s in select_designs(runs, ["ab12"])] == ["ab12cd"]
+    assert [s.jobs[0].run_id for s in select_designs(runs, ["99a"])] == ["99aa00"]
+    with pytest.raises(LmeError, match=r"prefix 'ab' is ambiguous.*bm25-multirun \(ab12cd\).*bm25-seed1 \(ab34ef\)"):
+        select_designs(runs, ["ab"])
+    with pytest.raises(LmeError, match="'zz' is not a design"):
+        select_designs(runs, ["zz"])
+
+
+S_IDS = frozenset(IDS)
+SUBSET = frozenset(IDS[:3])
+
+
+def ran_on(table: dict[str, Questions]):
+    return lambda job: table[job.run_id]
+
+
+QRUNS = [
+    run("A1", "a-multirun", "parent", "a", 1), run("a1", "a-seed1", "job", "a", 2, "A1"),
+    run("B1", "b-multirun", "parent", "b", 3), run("b1", "b-seed1", "job", "b", 4, "B1"),
+    run("b2", "b-seed2", "job", "b", 5, "B1", seed="2"),
+    run("C1", "c-multirun", "parent", "c", 6), run("c1", "c-seed1", "job", "c", 7, "C1"),
+    run("B2", "b-multirun", "parent", "b", 8), run("b3", "b-seed1", "job", "b", 9, "B2"),  # b again, on a subset
+]
+ON_S = Questions("s" * 64, S_IDS, "s")
+QTABLE = {
+    "a1": ON_S, "b1": ON_S, "b2": ON_S,
+    "c1": Questions("f" * 64, S_IDS, "foo"),  # the same ids of another file (oracle has S's ids)
+    "b3": Questions("s" * 64, SUBSET, "s"),
+}
+
+
+def test_default_report_compares_only_runs_on_the_same_questions_and_says_what_it_skipped():
+    chosen = choose_sources(QRUNS, [], ran_on(QTABLE))
+    assert [(s.design, s.source.run_id) for s in chosen.selections] == [("a", "A1"), ("b", "B1")]
+    assert chosen.questions == ON_S
+    skipped_b, skipped_c = chosen.notes
+    assert "Skipped parent run b-multirun (B2) of design b" in skipped_b
+    assert "3 question ids, not 8, 3 in common" in skipped_b and "(B1), is reported instead" in skipped_b
+    assert skipped_c == ("Skipped design c: its only run, parent run c-multirun (C1), ran on other questions than "
+                         "the report's (dataset foo, not s; data sha256 ffffffffffff, not ssssssssssss).")
+    # without the check, the latest parent of every design, as before
+    assert [s.source.run_id for s in choose_sources(QRUNS, []).selections] == ["A1", "C1", "B2"]
+
+
+def test_the_questions_most_designs_share_win_and_a_tie_goes_to_the_newest():
+    table = {**QTABLE, "a1": Questions("s" * 64, SUBSET, "s")}  # a and b's latest (B2) on the subset
+    chosen = choose_sources(QRUNS, [], ran_on(table))
+    assert [(s.design, s.source.run_id) for s in chosen.selections] == [("a", "A1"), ("b", "B2")]
+    tie = {**QTABLE, "c1": Questions("f" * 64, S_IDS, "foo"), "b3": Questions("f" * 64, S_IDS, "foo")}
+    chosen = choose_sources(QRUNS, [], ran_on(tie))  # a on S; b (B2) and c on foo: foo has two designs
+    assert [(s.design, s.source.run_id) for s in chosen.selections] == [("c", "C1"), ("b", "B2")]
+    assert any("Skipped design a" in note for note in chosen.notes)
+
+
+def test_jobs_of_one_run_on_other_questions_are_left_out_and_named_runs_are_kept_with_a_note():
+    table = {**QTABLE, "b2": Questions("s" * 64, SUBSET, "s")}  # b's seed 2 ran a subset: one of two, the newer
+    b = next(s for s in choose_sources(QRUNS, ["B1"], ran_on(table)).selections)
+    assert [j.run_id for j in b.jobs] == ["b2"] and "b-seed1 (b1, seed 1) ran on other questions" in b.notes[0]
+    named = choose_sources(QRUNS, ["A1", "C1"], ran_on(QTABLE))
+    assert [s.source.run_id for s in named.selections] == ["A1", "C1"]
+    assert named.questions is None and "did not all run on the same questions" in named.notes[0]
+
+
+def test_plot_titles_say_what_and_on_which_questions():
+    from lme.plots import differences_title, per_type_title
+
+    on_s = dict(data="8 questions of dataset s (data sha256 0123)", questions_digest="d1")
+    one = build_report([DesignRuns(**{**design("a", PLAIN).__dict__, **on_s})], n_resamples=200)
+    assert per_type_title(one) == ("Accuracy by question type: mean of 3 runs per design, 95% stratified bootstrap "
+                                   "intervals\non 8 questions of dataset s (data sha256 0123)")
+    assert differences_title(one, 0).startswith("Paired differences (one design: nothing to compare)")
+    assert "Every design ran on the same questions: 8 questions of dataset s" in render_markdown(one)
+    apart = build_report([design("a", PLAIN), pipeline_design()], n_resamples=200)
+    assert differences_title(apart, 2).startswith("Paired differences in accuracy (points)")
+    assert "mean of 3 runs" in per_type_title(apart)
+    other = DesignRuns(**{**design("b", PATCHY).__dict__, "data": "8 questions of dataset foo",
+                          "questions_digest": "d2"})
+    mixed = build_report([DesignRuns(**{**design("a", PLAIN).__dict__, **on_s}), other], n_resamples=200)
+    assert mixed.data is None and per_type_title(mixed).endswith("the designs ran on different questions")
+    disjoint = build_report([design("a", PLAIN), DesignRuns("z", "z", "z", "z", (JobOutcomes(
+        "z1", "z-seed1", "1", "offline-lexical-judge", False, ({**rows_from(PLAIN[0])[0], "question_id": "new"},)),))],
+        n_resamples=200)
+    assert "no pair of designs ran a question in common" in differences_title(disjoint, 0)
+
+
 # --- the command, against a real MLflow store ----------------------------------------------------------
 
 
@@ -305,6 +396,34 @@ def test_report_command_errors_are_one_sentence(store, capsys, tmp_path):
     assert code == 2 and "no MLflow tracking store" in err and not (tmp_path / "none.db").exists()
     code, _, err = lme(["report", "--pairs", "plain:zzz", *store["overrides"]], capsys)
     assert code == 2 and "zzz" in err
+
+
+def test_report_command_skips_runs_on_other_questions_and_accepts_a_run_id_prefix(tmp_path_factory, capsys):
+    settings, tmp = fresh_store(tmp_path_factory, "questions")
+    overrides = [f"tracking.uri={settings.uri}", f"tracking.artifact_location={settings.artifact_location}"]
+    on_s = dict(questions=IDS, data_sha256="a" * 64, dataset="s")
+    plain_parent, _ = log_study(settings, "plain", [rows_from(p) for p in PLAIN], tmp, **on_s)
+    patchy_parent, _ = log_study(settings, "patchy", [rows_from(p) for p in PATCHY], tmp, **on_s)
+    other, _ = log_study(settings, "other", [rows_from(p) for p in PLAIN], tmp, questions=IDS, data_sha256="b" * 64,
+                         dataset="foo")
+    newer, _ = log_study(settings, "patchy", [rows_from(PATCHY[0][:3])], tmp, questions=IDS[:3], data_sha256="a" * 64,
+                         dataset="s")
+    code, out, err = lme(["report", "--resamples", "200", *overrides], capsys)
+    assert code == 0, err
+    assert "| plain |" in out and "| patchy |" in out and "| other |" not in out
+    assert patchy_parent in out and "### patchy vs plain" in out
+    assert "Every design ran on the same questions: 8 questions of dataset s (data sha256 aaaaaaaaaaaa)." in out
+    assert f"Skipped design other: its only run, parent run other-multirun ({other}), ran on other questions than " \
+           f"the report's (dataset foo, not s; data sha256 bbbbbbbbbbbb, not aaaaaaaaaaaa)." in out
+    assert f"Skipped parent run patchy-multirun ({newer}) of design patchy" in out
+    # a unique prefix of a run id names that run; the designs named are kept, with a note
+    code, out, err = lme(["report", plain_parent[:10], other[:10], "--resamples", "200", *overrides], capsys)
+    assert code == 0, err
+    assert "| plain |" in out and "| other |" in out and "did not all run on the same questions" in out
+    ambiguous = os.path.commonprefix([plain_parent, patchy_parent])
+    if ambiguous:
+        code, _, err = lme(["report", ambiguous, *overrides], capsys)
+        assert code == 2 and "is ambiguous" in err
 
 
 # --- end to end: three offline designs, three seeds each ------------------------------------------------

@@ -3,7 +3,9 @@
 `python -m lme data fetch s|m|oracle|templates|all [--record-digest] [overrides]`
 
 Data files come from the Hugging Face dataset `xiaowu0162/longmemeval-cleaned`
-at a pinned revision, through `huggingface_hub`, with a progress bar. A file is
+at a pinned revision, through `huggingface_hub`, with progress (`lme.progress`:
+a tqdm bar on a terminal, a line with bytes, rate and ETA every 30 s otherwise;
+`--no-progress` or the override `progress=false`: none). A file is
 downloaded into a private staging folder inside `data_dir` (same filesystem),
 its SHA-256 is checked against the pin, and only then is it renamed into place:
 a failed, refused or interrupted fetch leaves neither the file nor a partial
@@ -39,6 +41,8 @@ from typing import Any, NoReturn
 from lme.data.judge_source import extract_templates, verify_templates
 from lme.errors import LmeError
 from lme.judge import LONGMEMEVAL_TEMPLATE_SHA256
+from lme.progress import BYTES, Progress, config_flag, enabled_as
+from lme.progress import progress as progress_display
 
 REPO_ID = "xiaowu0162/longmemeval-cleaned"
 REVISION = "98d7416c24c778c2fee6e6f3006e7a073259d48f"
@@ -277,15 +281,44 @@ def _probe(endpoint: str, repo_id: str, revision: str, filename: str) -> tuple[s
     return meta.etag, meta.size
 
 
-def _download(endpoint: str, repo_id: str, revision: str, filename: str, staging: Path, progress: bool) -> Path:
-    from huggingface_hub import hf_hub_download
+def _tqdm_into(shown: Progress) -> type:
+    """A tqdm class for huggingface_hub that draws nothing and passes the bytes it is told of on to `shown`.
+
+    huggingface_hub calls `update` with the bytes written to the file (plain HTTP: each chunk; xet: the
+    reconstructed bytes) and, where the class has it, `update_transfer` with the bytes received, which
+    are not counted again. A retried request reuses its bar and takes back (negative `update`) what
+    it rewinds.
+    """
     from tqdm import tqdm
 
-    class QuietTqdm(tqdm):  # type: ignore[misc, type-arg]
+    class ProgressTqdm(tqdm):  # type: ignore[misc, type-arg]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **{**kwargs, "disable": True})
+            total = kwargs.get("total")
+            if isinstance(total, int) and total > 0 and shown.total is None:
+                shown.set_total(total)
+            initial = kwargs.get("initial")
+            if isinstance(initial, int) and initial > 0:
+                shown.update(initial)
 
-    tqdm_class = tqdm if progress else QuietTqdm
+        def update(self, n: float | None = 1) -> bool | None:
+            if n:
+                shown.update(int(n))
+            return None
+
+        def update_transfer(self, n: float | None = 1) -> None:
+            pass
+
+        def set_transfer_postfix_str(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+    return ProgressTqdm
+
+
+def _download(endpoint: str, repo_id: str, revision: str, filename: str, staging: Path, shown: Progress) -> Path:
+    from huggingface_hub import hf_hub_download
+
+    tqdm_class = _tqdm_into(shown)
     try:
         local = hf_hub_download(
             repo_id=repo_id,
@@ -323,13 +356,17 @@ def fetch_dataset(
     pins: Mapping[str, str] | None = None,
     repo_id: str = REPO_ID,
     revision: str = REVISION,
-    progress: bool = True,
+    progress: bool | None = True,
 ) -> FetchResult:
     """Download one LongMemEval file into `data_dir`, verified, or leave nothing.
 
     `pins` maps file names to SHA-256 digests (default: lme's pins); tests inject
     their own. A file with no pin is refused before any download unless
     `record_digest` is set or the user pin file already holds its digest.
+    `progress` (bytes downloaded, rate, ETA on stderr; `lme.progress`): None a tqdm
+    bar on a terminal and a line every 30 s otherwise (what the command uses), True
+    a bar whatever stderr is, False nothing; `lme.progress.set_enabled(False)` turns
+    it off in every case.
     """
     if name not in DATASETS:
         raise LmeError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}.")
@@ -362,10 +399,14 @@ def fetch_dataset(
             f"(trusting the first download)."
         )
 
-    etag, _size = _probe(endpoint, repo_id, revision, file.filename)
+    etag, size = _probe(endpoint, repo_id, revision, file.filename)
     data_dir.mkdir(parents=True, exist_ok=True)
     with _staging_dir(data_dir, file.filename) as staging:
-        staged = _download(endpoint, repo_id, revision, file.filename, staging, progress)
+        with progress_display(
+            f"fetch {file.filename}", size if size else None, BYTES,
+            enabled=progress is not False, bar=True if progress else None,
+        ) as shown:
+            staged = _download(endpoint, repo_id, revision, file.filename, staging, shown)
         digest = sha256_file(staged)
         recorded = False
         if expected is not None:
@@ -493,7 +534,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="Hugging Face hub endpoint (default: HF_ENDPOINT or https://huggingface.co)")
     parser.add_argument("--templates-base-url", default=TEMPLATES_REPO_BASE_URL,
                         help="where LongMemEval's files are served, by commit (default: raw.githubusercontent.com)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress (as the override progress=false); otherwise a bar on a terminal, "
+                             "a line every 30 s elsewhere")
     return parser
 
 
@@ -559,14 +602,14 @@ def main(
                 f"with --record-digest to record the digest of the first download in {user_pins_path(data_dir)}, "
                 f"or fetch the pinned files one by one."
             )
-    with _sigterm_as_interrupt():
+    with _sigterm_as_interrupt(), enabled_as(config_flag(cfg.get("progress", True))):
         for name in names:
             if name == "templates":
                 result = fetch_templates(data_dir, base_url=options.templates_base_url, pins=template_pins)
             else:
                 result = fetch_dataset(
                     name, data_dir, record_digest=options.record_digest, endpoint=options.endpoint, pins=pins,
-                    progress=not options.no_progress,
+                    progress=False if options.no_progress else None,
                 )
             emit(_describe(result))
     return 0

@@ -1,14 +1,25 @@
 """Load and validate LongMemEval files (`.json`, `.json.gz`, `.json.xz`).
 
 Every kind of bad input raises `DataError` with one sentence naming the file,
-the question id (or record index) and the field.
+the question id (or record index) and the field. Beyond the format's shape,
+`lme.data.validate` sets the limits both loaders enforce: text that can be
+written as UTF-8 (no lone surrogates), nesting at most 64 deep, integers of at
+most 15 digits, and a reference answer that holds text.
+
+`check_data_file` refuses, before anything opens it, a path that is not a
+readable regular file: missing, a symbolic link loop or a dangling link, a
+directory, a FIFO (which would block the reader forever), a socket or device,
+or a file without read permission.
 """
 
 from __future__ import annotations
 
+import errno
 import gzip
 import json
 import lzma
+import os
+import stat
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +34,15 @@ from lme.data.records import (
     session_id_for,
     turn_id_for,
 )
+from lme.data.validate import (
+    EMPTY_ANSWER,
+    NESTING_PROBLEM,
+    int_problem,
+    join_field,
+    printable,
+    text_problem,
+    value_problem,
+)
 from lme.errors import DataError
 
 REQUIRED_FIELDS: tuple[str, ...] = (
@@ -36,12 +56,65 @@ REQUIRED_FIELDS: tuple[str, ...] = (
     "haystack_sessions",
     "answer_session_ids",
 )
+_RECORD_KEYS = frozenset(REQUIRED_FIELDS)
+_TURN_KEYS = frozenset(("role", "content", "has_answer"))
+_RECORD_DEPTH = 2  # the file's array, then the record
+_TURN_DEPTH = 5  # ... haystack_sessions, a session, then the turn
+
+_FILE_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def check_data_file(path: Path, what: str = "") -> None:
+    """Raise `DataError` (one sentence) unless `path` is a regular file this process can read.
+
+    Refuses a missing path, a dangling symbolic link, a symbolic link loop, a directory, a FIFO,
+    a socket or a device (reading a FIFO would block until a writer comes), and a file without read
+    permission. `what` (e.g. "dataset s") is added in parentheses to say what the file is for.
+    Opens nothing but a regular file, and reads none of it.
+    """
+    path = Path(path)
+    note = f" ({what})" if what else ""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise DataError(
+                f"{path}: is a symbolic link to {os.readlink(path)}, which does not exist{note}."
+            ) from None
+        raise DataError(f"{path}: file not found{note}.") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise DataError(
+                f"{path}: is a symbolic link loop (or a chain of too many links) and cannot be resolved "
+                f"to a file{note}."
+            ) from None
+        if exc.errno == errno.ENOTDIR:
+            raise DataError(f"{path}: file not found (a part of the path is a file, not a directory){note}.") from None
+        if exc.errno in (errno.EACCES, errno.EPERM):
+            raise DataError(f"{path}: cannot be reached: permission denied on a directory of the path{note}.") from None
+        raise DataError(f"{path}: cannot be opened ({exc.strerror or exc}){note}.") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise DataError(f"{path}: is a directory, not a file{note}.")
+    if not stat.S_ISREG(info.st_mode):
+        kind = next((name for test, name in _FILE_KINDS if test(info.st_mode)), "a special file")
+        raise DataError(f"{path}: is {kind}, not a regular file{note}.")
+    try:
+        with open(path, "rb"):
+            pass
+    except PermissionError:
+        raise DataError(f"{path}: cannot be read: permission denied{note}.") from None
+    except OSError as exc:
+        raise DataError(f"{path}: cannot be opened ({exc.strerror or exc}){note}.") from None
 
 
 def read_json(path: Path) -> Any:
     """Parse a JSON file, transparently decompressing `.gz` and `.xz`."""
-    if not path.exists():
-        raise DataError(f"{path}: file not found.")
+    check_data_file(path)
     opener = {".gz": gzip.open, ".xz": lzma.open}.get(path.suffix, open)
     kind = {".gz": "gzip-compressed UTF-8 JSON", ".xz": "xz-compressed UTF-8 JSON"}.get(path.suffix, "UTF-8 JSON")
     try:
@@ -53,6 +126,22 @@ def read_json(path: Path) -> Any:
         raise DataError(f"{path}: not valid JSON ({exc.msg}; line {exc.lineno}, column {exc.colno}).") from None
     except (OSError, EOFError, lzma.LZMAError, UnicodeDecodeError) as exc:
         raise DataError(f"{path}: cannot be read as {kind} ({exc}).") from None
+    except (RecursionError, ValueError) as exc:  # nesting too deep for json, an integer of over 4,300 digits
+        raise _beyond_json_limits(path, exc) from None
+
+
+def _beyond_json_limits(path: Path, exc: BaseException) -> DataError:
+    """The located sentence for what `json.load` refused on a limit (found again by the streaming
+    reader, which names the record and field)."""
+    from lme.data.stream import first_problem  # lme.data.stream imports this module
+
+    found = first_problem(path)
+    if found is not None:
+        return found
+    if isinstance(exc, RecursionError):
+        return DataError(f"{path}: {NESTING_PROBLEM}.")
+    reason = str(exc).strip().splitlines()[0].rstrip(".") if str(exc).strip() else type(exc).__name__
+    return DataError(f"{path}: cannot be read as JSON ({reason}).")
 
 
 def load_questions(path: str | Path, question_ids: Iterable[str] | None = None) -> list[Question]:
@@ -93,7 +182,7 @@ class _Where:
 
     def __init__(self, path: Path, record: Any, index: int) -> None:
         qid = record.get("question_id") if isinstance(record, dict) else None
-        self.prefix = f"{path}: question {qid}" if isinstance(qid, str) and qid else f"{path}: record {index}"
+        self.prefix = f"{path}: question {qid}" if printable(qid) else f"{path}: record {index}"
 
     def error(self, field: str, problem: str) -> DataError:
         return DataError(f"{self.prefix}: field {field}: {problem}.")
@@ -102,6 +191,34 @@ class _Where:
         if isinstance(value, bool) or not isinstance(value, kinds):
             raise self.error(field, f"expected {what}, found {_type_name(value)}")
         return value
+
+    def text(self, value: str, field: str) -> str:
+        """`value`, unless it is not text that can be written as UTF-8 (a lone surrogate)."""
+        if not value.isascii() and (problem := text_problem(value)) is not None:
+            raise self.error(field, problem)
+        return value
+
+    def scalar(self, value: Any, field: str) -> Any:
+        """A string or integer item: text that can be written as UTF-8, an integer within bounds."""
+        if isinstance(value, str):
+            return self.text(value, field)
+        if isinstance(value, int) and (problem := int_problem(value)) is not None:
+            raise self.error(field, problem)
+        return value
+
+    def extras(self, holder: dict[str, Any], known: frozenset[str], field: str, depth: int) -> None:
+        """Fields lme does not read: their keys and values must still be text, integers in bounds,
+        nested within the cap (the streaming reader could not read them otherwise)."""
+        for key, value in holder.items():
+            if key in known:
+                continue
+            name = f"{field}.{key}" if field else key
+            if (problem := text_problem(key)) is not None:
+                if field:
+                    raise self.error(field, f"a key {problem}")
+                raise DataError(f"{self.prefix}: a key {problem}.")
+            if (found := value_problem(value, depth)) is not None:
+                raise self.error(join_field(name, found[0]), found[1])
 
     def expect_list(self, value: Any, field: str, item_kinds: type | tuple[type, ...], what: str) -> list[Any]:
         self.expect(value, list, field, f"a list of {what}")
@@ -119,16 +236,20 @@ def parse_question(record: Any, path: Path, index: int) -> Question:
         if field not in record:
             raise where.error(field, "missing")
 
-    question_id = where.expect(record["question_id"], str, "question_id", "a string")
+    question_id = where.text(where.expect(record["question_id"], str, "question_id", "a string"), "question_id")
     if not question_id:
         raise where.error("question_id", "empty")
-    question_type = where.expect(record["question_type"], str, "question_type", "a string")
+    question_type = where.text(where.expect(record["question_type"], str, "question_type", "a string"), "question_type")
     if question_type not in QUESTION_TYPES:
         raise where.error("question_type", f"unknown type {question_type!r} (known: {', '.join(QUESTION_TYPES)})")
-    question = where.expect(record["question"], str, "question", "a string")
-    answer_raw = where.expect(record["answer"], (str, int), "answer", "a string or an integer")
+    question = where.text(where.expect(record["question"], str, "question", "a string"), "question")
+    answer_raw = where.scalar(where.expect(record["answer"], (str, int), "answer", "a string or an integer"), "answer")
+    if isinstance(answer_raw, str) and not answer_raw.strip():
+        raise where.error("answer", EMPTY_ANSWER)
     answer = str(answer_raw)
-    question_date_text = where.expect(record["question_date"], str, "question_date", "a string")
+    question_date_text = where.text(
+        where.expect(record["question_date"], str, "question_date", "a string"), "question_date"
+    )
     question_date = _parse_date(where, question_date_text, "question_date")
 
     dates = where.expect_list(record["haystack_dates"], "haystack_dates", str, "date strings")
@@ -137,6 +258,15 @@ def parse_question(record: Any, path: Path, index: int) -> Question:
     answer_session_ids = where.expect_list(
         record["answer_session_ids"], "answer_session_ids", (str, int), "session ids"
     )
+    for field, values in (
+        ("haystack_dates", dates),
+        ("haystack_session_ids", session_ids),
+        ("answer_session_ids", answer_session_ids),
+    ):
+        for position, value in enumerate(values):
+            where.scalar(value, f"{field}[{position}]")
+    if len(record) > len(_RECORD_KEYS):
+        where.extras(record, _RECORD_KEYS, "", _RECORD_DEPTH)
     lengths = {"haystack_dates": len(dates), "haystack_session_ids": len(session_ids), "haystack_sessions": len(raw_sessions)}
     if len(set(lengths.values())) != 1:
         described = ", ".join(f"{name} has {count}" for name, count in lengths.items())
@@ -195,11 +325,16 @@ def _parse_turn(where: _Where, raw: Any, field: str, session_index: int, turn_in
             raise where.error(f"{field}.{key}", "missing")
     role = where.expect(raw["role"], str, f"{field}.role", "a string")
     if role not in ROLES:
+        where.text(role, f"{field}.role")
         raise where.error(f"{field}.role", f"unknown role {role!r} (known: user, assistant)")
     content = where.expect(raw["content"], str, f"{field}.content", "a string")
+    if not content.isascii():
+        where.text(content, f"{field}.content")
     has_answer = raw.get("has_answer", False)
     if not isinstance(has_answer, bool):
         raise where.error(f"{field}.has_answer", f"expected true or false, found {_type_name(has_answer)}")
+    if len(raw) > 2 and (len(raw) > 3 or "has_answer" not in raw):
+        where.extras(raw, _TURN_KEYS, field, _TURN_DEPTH)
     return Turn(turn_id=turn_id_for(session_index, turn_index), role=role, content=content, has_answer=has_answer)
 
 

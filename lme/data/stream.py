@@ -10,14 +10,20 @@ Numbers: ijson is asked for floats (`use_float=True`), so a non-integer number
 reaches validation as a `float` exactly as with `json.load`, and is reported
 as "found float".
 
-Malformed JSON (truncated, invalid bytes, trailing garbage...) is reported in
-one sentence naming the file and the record being read (its question id when
-the record had got that far). ijson does not report positions, so on that
-error path only the file is read a second time, up to the error, to find the
-record; the normal path reads it once.
+Records are built from ijson's `basic_parse` events by
+`lme.data.validate.RawRecords`, one at a time, which knows where it is when
+reading fails: malformed JSON (truncated, invalid bytes, trailing garbage...)
+is reported in one sentence naming the file and the record being read (its
+question id when the record had got that far), without reading the file again.
+The same reader enforces `lme.data.validate`'s limits as it goes, naming the
+record and field: nesting deeper than 64 (ijson's own `items` keeps a prefix
+string per level, so its memory grows with the square of the depth: a file of
+100,000 nested arrays needed tens of GB), a lone UTF-16 surrogate escape (which
+ijson's parser would silently turn into "?"; `SurrogateGuard` finds it in the
+raw bytes), an integer of more than 15 digits.
 
-`scan_index` is a cheap pass that builds no history: ids, types and sizes of
-every record, for counting and selecting before a run.
+`scan_index` is a pass that keeps no history: ids, types and sizes of every
+record, for counting and selecting before a run (one record held at a time).
 """
 
 from __future__ import annotations
@@ -33,8 +39,19 @@ from typing import IO, Any
 
 import ijson
 
-from lme.data.load import parse_question
+from lme.data.load import check_data_file, parse_question
 from lme.data.records import Question
+from lme.data.validate import (
+    INT_RULE,
+    MAX_NESTING,
+    NESTING_PROBLEM,
+    RawRecords,
+    SurrogateGuard,
+    TooDeep,
+    Where,
+    located,
+    surrogate_problem,
+)
 from lme.errors import DataError
 
 # What `type(value).__name__` of `json.load`'s result would be, from ijson's first event.
@@ -45,9 +62,6 @@ _TOP_LEVEL_TYPES: dict[str, str] = {
     "null": "NoneType",
 }
 _READ_ERRORS = (OSError, EOFError, lzma.LZMAError)
-_SCALARS = frozenset({"string", "number", "boolean", "null"})
-_VALUE_STARTS = _SCALARS | {"start_map", "start_array"}  # events that begin a value
-_VALUE_ENDS = _SCALARS | {"end_map", "end_array"}  # events that complete a value
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,33 +100,90 @@ def iter_questions(path: str | Path, question_ids: Iterable[str] | None = None) 
 def scan_index(path: str | Path) -> list[IndexEntry]:
     """Ids, types and sizes of every record, in file order, without building any history.
 
-    Memory stays small (one entry per record); costs one pass over the file's
-    JSON events. Raises `DataError` on a missing, unreadable or malformed file
-    or a top level that is not an array; records themselves are not validated.
+    Memory stays small (one entry per record); costs one pass over the file's JSON events.
+    Raises `DataError` on a missing, unreadable or malformed file, a top level that is not an
+    array, or anything beyond `lme.data.validate`'s limits (nesting, lone surrogates, integer
+    size), with the same sentence as `iter_questions`; records are not otherwise validated.
     """
     path = Path(path)
     _check_top_level(path)
-    entries: list[IndexEntry] = []
-    current: dict[str, Any] = {}
     try:
         with _open_binary(path) as handle:
-            for prefix, event, value in ijson.parse(handle, use_float=True):
-                if prefix == "item":
-                    if event in _VALUE_STARTS:
-                        current = {"question_id": None, "question_type": None, "sessions": 0, "turns": 0}
-                    if event in _VALUE_ENDS:
-                        entries.append(IndexEntry(index=len(entries), **current))
-                elif event not in _VALUE_STARTS:
-                    continue
-                elif prefix in ("item.question_id", "item.question_type"):
-                    current[prefix[5:]] = value if event == "string" else None
-                elif prefix == "item.haystack_sessions.item":
-                    current["sessions"] += 1
-                elif prefix == "item.haystack_sessions.item.item":
-                    current["turns"] += 1
-    except (ijson.JSONError, *_READ_ERRORS) as exc:
-        raise _located_error(path, exc, len(entries)) from None
+            return _index_entries(ijson.basic_parse(SurrogateGuard(handle), use_float=True))
+    except (TooDeep, ijson.JSONError, UnicodeDecodeError, *_READ_ERRORS) as exc:
+        # read it again, building records, for the sentence that names the record and field
+        found = first_problem(path)
+        raise (found or DataError(f"{path}: cannot be read as {_kind(path)} ({_reason(exc)}).")) from None
+
+
+def _index_entries(events: Iterable[tuple[str, Any]]) -> list[IndexEntry]:
+    """IndexEntry per record from `basic_parse` events, counting without building (depth: containers
+    open, the file's array being 1, a record 2, haystack_sessions 3, a session 4, a turn 5)."""
+    entries: list[IndexEntry] = []
+    depth = 0
+    key: Any = None  # the record's current key
+    record_is_map = in_sessions = session_is_list = False
+    question_id: str | None = None
+    question_type: str | None = None
+    sessions = turns = 0
+    for event, value in events:
+        if event == "map_key":
+            if depth == 2:
+                key = value
+        elif event == "start_map" or event == "start_array":
+            depth += 1
+            if depth > 3:
+                if depth > MAX_NESTING:
+                    raise TooDeep
+                if in_sessions:
+                    if depth == 4:
+                        sessions += 1
+                        session_is_list = event == "start_array"
+                    elif depth == 5 and session_is_list:
+                        turns += 1
+            elif depth == 3:
+                if record_is_map and key == "haystack_sessions" and event == "start_array":
+                    in_sessions, sessions, turns = True, 0, 0
+                elif record_is_map and key in ("question_id", "question_type"):
+                    question_id = None if key == "question_id" else question_id
+                    question_type = None if key == "question_type" else question_type
+            elif depth == 2:
+                record_is_map, key = event == "start_map", None
+                question_id = question_type = None
+                sessions = turns = 0
+        elif event == "end_map" or event == "end_array":
+            if depth == 3:
+                in_sessions = False
+            elif depth == 2:
+                entries.append(IndexEntry(len(entries), question_id, question_type, sessions, turns))
+            depth -= 1
+        elif depth == 2:
+            if record_is_map and key in ("question_id", "question_type"):
+                text = value if event == "string" else None
+                if key == "question_id":
+                    question_id = text
+                else:
+                    question_type = text
+        elif in_sessions:
+            if depth == 3:
+                sessions += 1
+            elif depth == 4 and session_is_list:
+                turns += 1
+        elif depth == 1:  # a record that is a plain value
+            entries.append(IndexEntry(len(entries), None, None, 0, 0))
     return entries
+
+
+def first_problem(path: str | Path) -> DataError | None:
+    """The sentence for the first thing in the file that stops reading (malformed JSON, nesting,
+    a lone surrogate, a huge integer), or None when the whole file reads. Records are not validated."""
+    try:
+        _check_top_level(Path(path))
+        for _ in _records(Path(path)):
+            pass
+    except DataError as exc:
+        return exc
+    return None
 
 
 def count_questions(path: str | Path) -> int:
@@ -173,9 +244,13 @@ def _open_binary(path: Path) -> IO[bytes]:
 
 
 def _check_top_level(path: Path) -> None:
-    """Fail in one sentence unless the file's JSON is an array holding at least one value."""
-    if not path.exists():
-        raise DataError(f"{path}: file not found.")
+    """Fail in one sentence unless the file's JSON is an array holding at least one value.
+
+    Reads the first events with `basic_parse`: ijson's `parse` builds a prefix string per level for
+    every event of a 64 KB block before handing on the first, which for a block of nothing but
+    `[` is gigabytes."""
+    check_data_file(path)
+    guard: SurrogateGuard | None = None
     try:
         with _open_binary(path) as handle:
             while chunk := handle.read(1 << 16):
@@ -184,12 +259,13 @@ def _check_top_level(path: Path) -> None:
             else:
                 raise DataError(f"{path}: is empty (no JSON in it).")
         with _open_binary(path) as handle:
-            events = iter(ijson.parse(handle, use_float=True))
-            _, event, value = next(events)
-            if event == "start_array" and next(events)[:2] == ("", "end_array"):
+            guard = SurrogateGuard(handle)
+            events = iter(ijson.basic_parse(guard, use_float=True))
+            event, value = next(events)
+            if event == "start_array" and next(events)[0] == "end_array":
                 raise DataError(f"{path}: holds no question (an empty JSON array).")
-    except (ijson.JSONError, *_READ_ERRORS) as exc:
-        raise _located_error(path, exc, 0) from None
+    except (ijson.JSONError, UnicodeDecodeError, *_READ_ERRORS) as exc:
+        raise _read_error(path, exc, Where(), guard) from None
     if event != "start_array":
         found = _TOP_LEVEL_TYPES.get(event) or type(value).__name__
         raise DataError(f"{path}: expected a JSON array of question records, found {found}.")
@@ -197,14 +273,13 @@ def _check_top_level(path: Path) -> None:
 
 def _records(path: Path) -> Iterator[Any]:
     """The raw records of the file's top-level array, one at a time."""
-    count = 0
-    try:
-        with _open_binary(path) as handle:
-            for record in ijson.items(handle, "item", use_float=True):
-                yield record
-                count += 1
-    except (ijson.JSONError, *_READ_ERRORS) as exc:
-        raise _located_error(path, exc, count) from None
+    reader = RawRecords()
+    with _open_binary(path) as handle:
+        guard = SurrogateGuard(handle)
+        try:
+            yield from reader.records(ijson.basic_parse(guard, use_float=True))
+        except (TooDeep, ijson.JSONError, UnicodeDecodeError, *_READ_ERRORS) as exc:
+            raise _read_error(path, exc, reader.where, guard) from None
 
 
 def _reason(exc: BaseException) -> str:
@@ -241,44 +316,29 @@ def _first_bad_utf8(path: Path) -> str | None:
     return None
 
 
-def _located_error(path: Path, exc: BaseException, records_read: int) -> DataError:
-    """One sentence for a read or parse error, naming the record being read (re-reads up to the error)."""
+def _read_error(path: Path, exc: BaseException, where: Where, guard: SurrogateGuard | None) -> DataError:
+    """One sentence for what stopped reading, naming the record (and, for the limits, the field) being read."""
+    if isinstance(exc, TooDeep):
+        return DataError(located(path, where, NESTING_PROBLEM))
+    if guard is not None and guard.found is not None and isinstance(exc, ijson.JSONError):
+        problem = surrogate_problem(guard.found)
+        return DataError(located(path, where, f"a key {problem}" if where.in_key else problem))
     if isinstance(exc, ijson.JSONError):
         kind, reason = "not valid JSON", _reason(exc)
+        if "integer overflow" in reason:
+            return DataError(located(path, where, f"integer too large ({INT_RULE})"))
+        if "overflow" in reason:
+            return DataError(located(path, where, f"number too large ({reason})"))
         if "UTF8" in reason and (where_utf8 := _first_bad_utf8(path)):
             kind, reason = f"cannot be read as {_kind(path)}", where_utf8
+    elif isinstance(exc, UnicodeDecodeError):  # bytes the parser let through, e.g. an encoded surrogate
+        kind, reason = f"cannot be read as {_kind(path)}", _first_bad_utf8(path) or _reason(exc)
     else:
         kind, reason = f"cannot be read as {_kind(path)}", _reason(exc)
-    where = _locate_failure(path)
-    if where is None:  # the second read did not fail: name what the first one knew
-        where = (True, records_read, None)
-    inside, index, question_id = where
-    if inside and question_id:
-        return DataError(f"{path}: question {question_id}: {kind} in record {index} ({reason}).")
-    if inside:
-        return DataError(f"{path}: record {index}: {kind} ({reason}).")
-    if index:
-        return DataError(f"{path}: {kind} after record {index - 1} ({reason}).")
+    if where.inside and where.question_id:
+        return DataError(f"{path}: question {where.question_id}: {kind} in record {where.index} ({reason}).")
+    if where.inside:
+        return DataError(f"{path}: record {where.index}: {kind} ({reason}).")
+    if where.index:
+        return DataError(f"{path}: {kind} after record {where.index - 1} ({reason}).")
     return DataError(f"{path}: {kind} ({reason}).")
-
-
-def _locate_failure(path: Path) -> tuple[bool, int, str | None] | None:
-    """Where reading fails: (inside a record?, that record's index or records done, its question id).
-
-    None when the file reads without error this time.
-    """
-    index = 0
-    inside = False
-    question_id: str | None = None
-    try:
-        with _open_binary(path) as handle:
-            for prefix, event, value in ijson.parse(handle, use_float=True):
-                if prefix == "item.question_id" and event == "string":
-                    question_id = value
-                elif prefix == "item" and event in _VALUE_STARTS:
-                    inside, question_id = True, None
-                if prefix == "item" and event in _VALUE_ENDS:
-                    inside, index = False, index + 1
-    except (ijson.JSONError, *_READ_ERRORS, DataError):
-        return inside, index, question_id if inside else None
-    return None

@@ -9,7 +9,8 @@ The overrides are a run's (`+design=first_pass`, `memory=user_log`, `dataset.pat
 (`lme.app.load_dataset`), `cfg.retriever` is built and handed to `cfg.memory`
 (or, with `--view NAME`, to the view of the `view` config group) through `lme.components`.
 
-Output (stdout; progress goes to stderr):
+Output (stdout; progress goes to stderr: a bar on a terminal, a line every 30 s
+otherwise, none with `progress=false`):
 - `--question ID`: the memory text exactly as the reader sees it; with
   `--payload`, the reader's whole user message (`lme.answer.reader.reader_payload`:
   one JSON object holding the question, its date and the memory);
@@ -232,10 +233,8 @@ def _emit(text: str) -> None:
 
 
 def main(argv: Sequence[str]) -> int:
-    from tqdm import tqdm
-
-    from lme.app import load_dataset
     from lme.cli import compose_config, split_overrides
+    from lme.progress import config_flag, enabled_as
 
     overrides, rest = split_overrides(argv)
     options = _parser().parse_args(rest)
@@ -249,6 +248,14 @@ def main(argv: Sequence[str]) -> int:
         overrides = view_overrides(overrides, options.view)
 
     cfg = compose_config(overrides)
+    with enabled_as(config_flag(cfg.get("progress", True))):  # progress=false: no bar, no progress line
+        return _main(cfg, options)
+
+
+def _main(cfg: Any, options: argparse.Namespace) -> int:
+    from lme.app import load_dataset
+    from lme.progress import progress
+
     data_path, questions = load_dataset(cfg)
     if options.question is not None:
         questions = [pick_question(questions, options.question, data_path, cfg)]
@@ -269,12 +276,14 @@ def main(argv: Sequence[str]) -> int:
     started = time.perf_counter()
     rows = []
     label = options.view or str(getattr(builder, "name", type(builder).__name__))
-    for question in tqdm(questions, desc=f"memory ({label})", unit="q", disable=None, file=sys.stderr):
-        memory = builder.build(question)
-        row = memory_row(question.question_id, memory.n_bytes, memory.notes, fields)
-        if options.json:
-            _emit(json.dumps(row))
-        rows.append(row)
+    with progress(f"memory ({label})", len(questions), "questions") as shown:
+        for question in questions:
+            memory = builder.build(question)
+            row = memory_row(question.question_id, memory.n_bytes, memory.notes, fields)
+            if options.json:
+                _emit(json.dumps(row))
+            rows.append(row)
+            shown.update()
     seconds = time.perf_counter() - started
     summary = aggregate(rows, fields)
     if options.json:

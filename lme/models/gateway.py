@@ -10,6 +10,25 @@ the caps leave no room), retries transient failures with exponential backoff
 and jitter (honouring `Retry-After`), bounds the attempts and the time per call,
 and accounts tokens and dollars per call. A call that still fails is returned
 as a failed `CallResult` (never raised, never cached) so the caller records it.
+A malformed reply (no choices, null content without a refusal, a body that is
+not JSON) is a failed attempt like a 500: retried, never cached; what such a
+reply was billed is still settled in the ledger as paid.
+
+Failures no retry can fix raise `SystemicFailure` and stop the study: an
+authentication or permission error, a model the provider does not know, a
+request it rejects for its parameters, missing credentials, or an `api_base`
+that has refused connections for `ModelSpec.unreachable_after_s`. From then on
+the gateway sends nothing: every later `complete` raises the same failure.
+`preflight` checks, before the first question and with no paid call, that every
+paid model's credentials are in the environment.
+
+Offline stand-ins run with no time limit: their answers must not depend on how
+busy the machine is.
+
+A reply that cost more than its reservation (a provider that ignores
+`max_tokens`) is kept and settled at its real cost; when the budget caps
+dollars the study then stops (`ReservationExceeded`), so a cap is overshot by
+at most the replies already in flight.
 
 Order of writes for a paid call: the response goes into the call cache, then the
 ledger's reservation is settled; a process killed between the two leaves a
@@ -24,6 +43,7 @@ import asyncio
 import contextlib
 import os
 import random
+import re
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -32,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 from lme.errors import LmeError
 from lme.models.cache import CallCache, call_key
+from lme.models.ledger import BudgetExhausted
 from lme.models.limits import RateLimits
 from lme.models.offline import OFFLINE_MODELS, OFFLINE_PROVIDER, register_offline_providers
 
@@ -46,7 +67,82 @@ _RETRYABLE = (
     "ServiceUnavailableError",
     "BadGatewayError",
     "APIError",
+    "MalformedReply",
 )
+# Errors no retry can fix: the whole study stops at the first one (`SystemicFailure`).
+_SYSTEMIC = (
+    "AuthenticationError",
+    "PermissionDeniedError",
+    "NotFoundError",
+    "BadRequestError",
+    "UnprocessableEntityError",
+    "UnsupportedParamsError",
+    "InvalidRequestError",
+)
+# Subclasses of the above that concern one request only (its prompt), not the study.
+_PER_REQUEST = ("ContextWindowExceededError", "ContentPolicyViolationError")
+_MISSING_CREDENTIALS = ("api_key client option must be set", "missing credentials", "no api key provided")
+_CONNECTION = ("APIConnectionError",)
+
+
+class SystemicFailure(LmeError):
+    """A model call failed in a way no retry can fix (a bad key, an unknown model, a refused parameter,
+    an endpoint that refuses connections): the study stops, sending nothing more."""
+
+    def __init__(self, model: str, error_class: str, detail: str) -> None:
+        self.model = model
+        self.error_class = error_class
+        self.detail = detail
+        super().__init__(f"model {model}: {error_class}: {detail}")
+
+
+class ReservationExceeded(BudgetExhausted):
+    """A reply cost more than the maximum reserved for it (its provider ignored `max_tokens`)."""
+
+
+class MalformedReply(Exception):
+    """A provider's reply that cannot be read as a chat completion."""
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """The exception and its causes (litellm wraps the provider SDK's error, which wraps the transport's)."""
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in seen and len(seen) < 10:
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return seen
+
+
+_REFUSED = ("ConnectionRefusedError", "ConnectError", "ClientConnectorError", "gaierror")
+
+
+def classify_error(exc: BaseException) -> str:
+    """'systemic' (no retry can fix it: the study stops), 'connection' (the endpoint refuses connections:
+    retryable until it has refused for a while), 'retryable' or 'final' (a failure of this request only)."""
+    names = {klass.__name__ for klass in type(exc).__mro__}
+    if names & set(_PER_REQUEST):
+        return "final"
+    if any(marker in str(exc).lower() for marker in _MISSING_CREDENTIALS):
+        return "systemic"
+    status = getattr(exc, "status_code", None)
+    if names & set(_SYSTEMIC) or status in (400, 401, 403, 404, 422):
+        return "systemic"
+    chain_names = {klass.__name__ for link in _chain(exc) for klass in type(link).__mro__}
+    if chain_names & set(_REFUSED):
+        return "connection"
+    if names & set(_RETRYABLE) or isinstance(exc, (asyncio.TimeoutError, TimeoutError, ConnectionError)):
+        return "retryable"
+    return "final"
+
+
+_LITELLM_PREFIX = re.compile(r"^(?:litellm\.\w+:\s*)?(?:\w+Error:\s*)?(?:\w+Exception\s*-\s*)?")
+
+
+def provider_message(text: str) -> str:
+    """A provider's error message without litellm's class prefixes, on one line, at most 300 characters."""
+    line = _LITELLM_PREFIX.sub("", " ".join(text.split()))
+    return line if len(line) <= 300 else line[:297] + "..."
 
 
 @dataclass(frozen=True)
@@ -68,12 +164,19 @@ class ModelSpec:
     cache_read_input_cost_per_token: float | None = None  # with the two above: cached input's price (else input's)
     requests_per_minute: float | None = None  # optional client-side limits per model (None: none)
     tokens_per_minute: float | None = None  # input tokens (counted) + maximum output tokens per request
+    unreachable_after_s: float = 60.0  # connections refused this long, with no success between: the study stops
 
     def __post_init__(self) -> None:
         if self.is_offline and self.model not in OFFLINE_MODELS:
             raise LmeError(f"model {self.model!r} is not an offline model (known: {', '.join(OFFLINE_MODELS)}).")
-        if self.concurrency < 1 or self.max_attempts < 1 or self.timeout_s <= 0:
-            raise LmeError(f"model {self.model}: concurrency and max_attempts must be >= 1 and timeout_s > 0.")
+        for name in ("concurrency", "max_attempts"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise LmeError(f"model {self.model}: {name} must be an integer >= 1, got {value!r}.")
+        for name in ("timeout_s", "unreachable_after_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise LmeError(f"model {self.model}: {name} must be a number of seconds > 0, got {value!r}.")
         for name in ("requests_per_minute", "tokens_per_minute"):
             value = getattr(self, name)
             if value is not None and value <= 0:
@@ -210,6 +313,8 @@ class Gateway:
         self.calls_made = 0
         self.calls_cached = 0
         self.calls_failed = 0
+        self.failure: SystemicFailure | None = None  # set at the first failure no retry can fix: nothing is sent after it
+        self._refused_since: dict[str, float] = {}  # model -> when its endpoint began refusing connections
         self.recovered = None
         if ledger is not None:
             self.recovered = ledger.recover(cache.get if cache is not None else None)
@@ -240,7 +345,12 @@ class Gateway:
         return self._limits[spec.model]
 
     async def complete(self, spec: ModelSpec, messages: list[dict[str, Any]], seed: int | None) -> CallResult:
-        """One chat completion; identical concurrent requests share one call."""
+        """One chat completion; identical concurrent requests share one call.
+
+        Raises `SystemicFailure` once any call has failed in a way no retry can fix, and
+        `ReservationExceeded` when a reply cost more than its reservation under a dollar cap."""
+        if self.failure is not None:
+            raise self.failure
         key = call_key(spec.model, messages, spec.params, seed)
         if self.cache is not None:
             stored = self.cache.get(key)
@@ -273,8 +383,11 @@ class Gateway:
         waited = False
         while True:
             reservation = await self._reserve_once(spec, key, dollars)
-            stored = self.cache.get(key) if waited and self.cache is not None else None
-            if stored is not None:  # answered by another process while we waited
+            # Looked up again whenever the reservation is granted (it is this call's lock across processes: no
+            # other process can be paying for it now) or after a wait: another process may have answered it
+            # between our first look-up and the reservation, and would otherwise be paid for twice.
+            stored = self.cache.get(key) if (waited or reservation is not None) and self.cache is not None else None
+            if stored is not None:  # answered by another process meanwhile
                 if reservation is not None:
                     self.ledger.cancel(reservation)
                 return stored
@@ -333,14 +446,15 @@ class Gateway:
         self._settled[id(asyncio.get_running_loop())] = asyncio.Event()
         event.set()
 
-    def _store_and_settle(self, key: str, model: str, stored: dict[str, Any], reservation: Reservation | None,
-                          usage: dict[str, int], attempts: int) -> None:
-        """In a worker thread: the response into the call cache, then the reservation settled, in that order."""
-        if self.cache is not None:
+    def _store_and_settle(self, key: str, model: str, stored: dict[str, Any] | None, reservation: Reservation | None,
+                          usage: dict[str, int], attempts: int, dollars: float | None) -> None:
+        """In a worker thread: the response into the call cache (unless `stored` is None: not to be cached),
+        then the reservation settled, in that order."""
+        if self.cache is not None and stored is not None:
             self.cache.put(key, model, stored)
         if reservation is not None:
             assert self.ledger is not None
-            self.ledger.settle(reservation, usage, stored["cost_usd"], attempts)
+            self.ledger.settle(reservation, usage, dollars, attempts)
 
     async def _call(self, spec: ModelSpec, messages: list[dict[str, Any]], key: str, seed: int | None) -> CallResult:
         litellm = _import_litellm()
@@ -375,27 +489,43 @@ class Gateway:
             self.calls_cached += 1
             return CallResult(model=spec.model, key=key, cached=True, **reservation)
         in_flight = False  # a request is out and unanswered (if cancelled now, it may still be billed)
+        billed: dict[str, int] = {}  # tokens of malformed replies that were billed all the same
+        billed_dollars = 0.0
         try:
             for attempt in range(1, max(1, spec.max_attempts) + 1):
                 attempts = attempt
+                if self.failure is not None:  # another call found the study cannot succeed: send nothing more
+                    raise self.failure
                 if limits is not None:
                     await limits.acquire(request_tokens)
                 try:
                     async with self._slot(spec):  # a slot is held by the request only, not by the bookkeeping
+                        if self.failure is not None:
+                            raise self.failure
                         in_flight = True
-                        response = await asyncio.wait_for(
-                            litellm.acompletion(
-                                model=spec.model, messages=messages, timeout=spec.timeout_s, num_retries=0, **kwargs
-                            ),
-                            timeout=spec.timeout_s + 5,
-                        )
+                        response = await self._send(litellm, spec, messages, kwargs)
                         in_flight = False
+                    text, message = _reply_text(response)
+                except SystemicFailure:
+                    raise
                 except Exception as exc:
                     in_flight = False
+                    if isinstance(exc, MalformedReply) and getattr(exc, "usage", None):
+                        usage = exc.usage  # type: ignore[attr-defined]
+                        billed = {name: billed.get(name, 0) + usage.get(name, 0) for name in usage}
+                        billed_dollars += _price(spec, exc.response, usage) or 0.0  # type: ignore[attr-defined]
                     name = type(exc).__name__
-                    last_error = f"{name}: {_redact(str(exc), kwargs.get('api_key'))}"[:500]
-                    retryable = name in _RETRYABLE or isinstance(exc, asyncio.TimeoutError)
-                    if not retryable or attempt == spec.max_attempts:
+                    detail = _redact(str(exc), kwargs.get("api_key"))
+                    last_error = f"{name}: {detail}"[:500]
+                    kind = classify_error(exc)
+                    if kind == "connection":
+                        kind, refused_s = self._refused(spec)
+                        if kind == "systemic":
+                            name = f"{name} (connections refused for {refused_s:.0f} s)"
+                    if kind == "systemic":
+                        self.failure = SystemicFailure(spec.model, name, provider_message(detail))
+                        raise self.failure from None
+                    if kind == "final" or attempt == spec.max_attempts:
                         break
                     delay = _retry_after(exc)
                     if delay is not None:
@@ -405,10 +535,9 @@ class Gateway:
                         delay *= 0.5 + self._rng.random()  # jitter
                     await asyncio.sleep(delay)
                     continue
-                message = response.choices[0].message
-                text = message.content
+                self._refused_since.pop(spec.model, None)
                 usage = _usage_numbers(getattr(response, "usage", None))
-                stored: dict[str, Any] = {"text": text if text is not None else "", "attempts": attempt, **usage}
+                stored: dict[str, Any] = {"text": text, "attempts": attempt, **usage}
                 stored["cost_usd"] = _price(spec, response, usage)
                 if usage["cached_input_tokens"] and stored["cost_usd"] is not None:
                     from lme.models.pricing import cached_input_basis
@@ -417,29 +546,92 @@ class Gateway:
                 refusal = getattr(message, "refusal", None)
                 if refusal and not text:
                     stored["refusal"] = str(refusal)
+                # An empty reply is kept for this run (the reader counts it as no answer) but not cached, so a
+                # rerun asks again; a refusal is the model's answer and is cached.
+                cacheable = bool(text.strip()) or "refusal" in stored
                 # the cache write and the settle (each a committed SQLite transaction) run off the event loop;
                 # the reservation is taken first, so a cancel from here on cannot release a paid call
                 done, reservation = reservation, None
-                if self.cache is not None or done is not None:
-                    await asyncio.to_thread(self._store_and_settle, key, spec.model, stored, done, usage, attempt)
+                settle_usage = {name: usage.get(name, 0) + billed.get(name, 0) for name in usage}
+                settle_cost = None if stored["cost_usd"] is None else stored["cost_usd"] + billed_dollars
+                if (self.cache is not None and cacheable) or done is not None:
+                    await asyncio.to_thread(self._store_and_settle, key, spec.model, stored if cacheable else None,
+                                            done, settle_usage, attempt, settle_cost)
                 if done is not None:
                     self._pulse_settled()
                 self.calls_made += 1
-                return CallResult(model=spec.model, key=key, **stored)
+                result = CallResult(model=spec.model, key=key, **stored)
+                if done is not None and self.budget is not None and self.budget.caps_dollars \
+                        and settle_cost is not None and settle_cost > done.dollars + 1e-9:
+                    raise ReservationExceeded(
+                        f"budget: a reply of {spec.model} cost ${settle_cost:.4f}, more than the ${done.dollars:.4f} "
+                        f"reserved for it ({usage['output_tokens']} output tokens: the provider ignored the request's "
+                        "maximum); the study stops so that the dollar cap is not overshot again."
+                    )
+                return result
         except BaseException:
             if reservation is not None and self.ledger is not None:
                 if in_flight:  # cancelled mid-request: it may have been billed
                     self.ledger.release(reservation, "interrupted", attempts)
+                elif billed:  # malformed replies that were billed, then stopped
+                    self.ledger.settle(reservation, billed, billed_dollars, attempts)
                 else:  # cancelled between attempts: nothing is out
                     self.ledger.cancel(reservation)
                 reservation = None
                 self._pulse_settled()
             raise
         if reservation is not None and self.ledger is not None:
-            await asyncio.to_thread(self.ledger.release, reservation, "failed", attempts)
+            if billed:  # no usable reply, but malformed ones were billed: paid, and not cached
+                await asyncio.to_thread(self.ledger.settle, reservation, billed, billed_dollars, attempts)
+            else:
+                await asyncio.to_thread(self.ledger.release, reservation, "failed", attempts)
             self._pulse_settled()
         self.calls_failed += 1
         return CallResult(model=spec.model, key=key, text=None, error=last_error, attempts=attempts)
+
+    async def _send(self, litellm: Any, spec: ModelSpec, messages: list[dict[str, Any]], kwargs: dict[str, Any]) -> Any:
+        """One request. An offline stand-in runs with no time limit (its answer must not depend on machine load)."""
+        if spec.is_offline:
+            return await litellm.acompletion(model=spec.model, messages=messages, num_retries=0, **kwargs)
+        return await asyncio.wait_for(
+            litellm.acompletion(model=spec.model, messages=messages, timeout=spec.timeout_s, num_retries=0, **kwargs),
+            timeout=spec.timeout_s + 5,
+        )
+
+    def _refused(self, spec: ModelSpec) -> tuple[str, float]:
+        """A refused connection: retryable until the endpoint has refused, with no success between, for
+        `spec.unreachable_after_s`; then systemic. Returns (kind, seconds refused so far)."""
+        now = time.monotonic()
+        refused = now - self._refused_since.setdefault(spec.model, now)
+        return ("systemic" if refused >= spec.unreachable_after_s else "retryable"), refused
+
+
+def _reply_text(response: Any) -> tuple[str, Any]:
+    """(text, message) of a chat completion; `MalformedReply` when it has no choice or no content."""
+    choices = getattr(response, "choices", None)
+    if not choices:
+        raise _malformed("the reply has no choices", response)
+    message = getattr(choices[0], "message", None)
+    if message is None:
+        raise _malformed("the reply's first choice has no message", response)
+    text = getattr(message, "content", None)
+    if text is None:
+        if getattr(message, "refusal", None):
+            return "", message
+        if getattr(message, "tool_calls", None) or getattr(message, "function_call", None):
+            raise _malformed("the reply holds a tool call instead of text", response)
+        raise _malformed("the reply's content is null", response)
+    if not isinstance(text, str):
+        raise _malformed(f"the reply's content is a {type(text).__name__}, not text", response)
+    return text, message
+
+
+def _malformed(reason: str, response: Any) -> MalformedReply:
+    exc = MalformedReply(reason)
+    usage = _usage_numbers(getattr(response, "usage", None))
+    exc.usage = usage if any(usage.values()) else {}  # type: ignore[attr-defined]
+    exc.response = response  # type: ignore[attr-defined]
+    return exc
 
 
 INLINE_BOUND_CHARS = 4_000  # a prompt this short is counted on the event loop (well under a millisecond)
@@ -452,3 +644,36 @@ def _message_chars(messages: list[dict[str, Any]]) -> int:
 
 def _redact(message: str, secret: str | None) -> str:
     return message.replace(secret, "[redacted]") if secret else message
+
+
+def preflight(specs: list[ModelSpec] | tuple[ModelSpec, ...]) -> None:
+    """Before the first question: every paid model's credentials are in the environment, and litellm knows
+    its provider. No request is sent. Raises `LmeError` naming the model and the missing variable."""
+    seen: set[tuple[str, str | None, str | None]] = set()
+    for spec in specs:
+        if spec.is_offline or (spec.model, spec.api_base, spec.api_key_env) in seen:
+            continue
+        seen.add((spec.model, spec.api_base, spec.api_key_env))
+        if spec.api_key_env:
+            if not os.environ.get(spec.api_key_env, "").strip():
+                raise LmeError(
+                    f"model {spec.model}: the environment variable {spec.api_key_env} (its api_key_env) is not set; "
+                    "export it before the run."
+                )
+            continue
+        litellm = _import_litellm()
+        try:
+            litellm.get_llm_provider(spec.model, api_base=spec.api_base)
+            found = litellm.validate_environment(model=spec.model, api_base=spec.api_base)
+        except Exception:  # noqa: BLE001 - litellm raises many kinds for a model it cannot route
+            raise LmeError(
+                f"model {spec.model}: litellm does not know which provider serves it; name it as provider/model "
+                "(e.g. openai/gpt-4o-mini), see https://docs.litellm.ai/docs/providers."
+            ) from None
+        missing = [str(name) for name in found.get("missing_keys") or []]
+        if not found.get("keys_in_environment") and missing:
+            names = " and ".join(missing)
+            raise LmeError(
+                f"model {spec.model}: {names} {'is' if len(missing) == 1 else 'are'} not set; export "
+                f"{'it' if len(missing) == 1 else 'them'} (or name another variable in the model's api_key_env)."
+            )

@@ -147,7 +147,7 @@ class Recovery:
     interrupted: int = 0  # died with the call in flight
 
 
-def _process_start(pid: int) -> str:
+def process_start(pid: int) -> str:
     """The kernel's start time of `pid` (Linux), so a reused pid is not taken for the dead process."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -176,7 +176,7 @@ def process_alive(pid: int, start: str) -> bool:
         return True
     if _process_state(pid) in ("Z", "X"):  # killed, not yet reaped
         return False
-    return not start or _process_start(pid) in ("", start)
+    return not start or process_start(pid) in ("", start)
 
 
 class Ledger:
@@ -189,7 +189,7 @@ class Ledger:
         self.job = str(job)
         self._host = socket.gethostname()
         self._pid = os.getpid()
-        self._start = _process_start(self._pid)
+        self._start = process_start(self._pid)
         self._lock = threading.Lock()
         # WAL, a busy timeout, synchronous=FULL, and a wait when another process is switching a new file to WAL
         self._conn = connect(self.path)
@@ -377,14 +377,14 @@ def current_overrides() -> list[str]:
 
 def resume_command(overrides: list[str], run_dir: str | Path) -> str:
     """The command that continues this job in `run_dir` (its journal and call cache): the same overrides,
-    the same run directory. Overrides whose value looks like a key are left out."""
+    the same run directory. Overrides that hold a key anywhere, or set a secret-named field, are left out."""
     import shlex
 
-    from lme.tracking import looks_like_a_key
+    from lme.secrets import keep_argument
 
     kept = [
         item for item in overrides
-        if not item.lstrip("+~").startswith(("hydra.run.dir=", "hydra.sweep.dir=")) and not looks_like_a_key(item.split("=", 1)[-1])
+        if not item.lstrip("+~").startswith(("hydra.run.dir=", "hydra.sweep.dir=")) and keep_argument(item)
     ]
     return "python -m lme " + " ".join(shlex.quote(item) for item in [*kept, f"hydra.run.dir={run_dir}"])
 

@@ -6,6 +6,8 @@ The overrides are a run's (`+design=bm25`, `dataset.path=FILE`, `limit=20`,
 `retriever=...`); no model is called. The report (see `lme.retrieval.metrics`
 and docs/retrieval.md) goes to stdout as Markdown tables or one JSON object,
 and to MLflow as a run tagged `lme.role=retrieval` unless `tracking.enabled=false`.
+Progress (questions ranked, rate, ETA) goes to stderr: a bar on a terminal, a
+line every 30 s otherwise (`lme.progress`); `progress=false` turns it off.
 """
 
 from __future__ import annotations
@@ -114,14 +116,17 @@ def per_question_row(score: QuestionScores) -> dict[str, Any]:
 def rank_and_score(
     questions: Sequence[Any], retriever: Any, ks: Sequence[int], user_turns_only: bool
 ) -> list[QuestionScores]:
-    from tqdm import tqdm
+    """Each question ranked and scored, with progress on stderr (`lme.progress`: questions done, rate, ETA)."""
+    from lme.progress import progress
 
     top_k = max(ks)
     scores = []
-    for question in tqdm(questions, desc=f"ranking ({retriever.name})", unit="q", disable=None, file=sys.stderr):
-        view = user_turns_view(question) if user_turns_only else question
-        ranking = retriever.rank(view, top_k)
-        scores.append(score_question(question, ranking.turn_ids, ks, user_turns_only))
+    with progress(f"ranking ({retriever.name})", len(questions), "questions") as shown:
+        for question in questions:
+            view = user_turns_view(question) if user_turns_only else question
+            ranking = retriever.rank(view, top_k)
+            scores.append(score_question(question, ranking.turn_ids, ks, user_turns_only))
+            shown.update()
     return scores
 
 
@@ -159,15 +164,22 @@ def _log_to_mlflow(cfg: Any, container: Mapping[str, Any], data_path: Any, repor
 
 
 def main(argv: Sequence[str]) -> int:
-    from omegaconf import OmegaConf
-
-    from lme.app import load_dataset
     from lme.cli import compose_config, split_overrides
-    from lme.components import build_retriever
+    from lme.progress import config_flag, enabled_as
 
     overrides, rest = split_overrides(argv)
     options = _parser().parse_args(rest)
     cfg = compose_config(overrides)
+    with enabled_as(config_flag(cfg.get("progress", True))):  # progress=false: no bar, no progress line
+        return _main(cfg, options)
+
+
+def _main(cfg: Any, options: argparse.Namespace) -> int:
+    from omegaconf import OmegaConf
+
+    from lme.app import load_dataset
+    from lme.components import build_retriever
+
     container: Mapping[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
     data_path, questions = load_dataset(cfg)
     retriever = build_retriever(cfg)

@@ -295,7 +295,10 @@ def _field(item: Any, name: str) -> Any:
 class DenseRetriever:
     """Cosine ranking of a question's history turns by embeddings, through a persistent cache.
 
-    `cache_path` None keeps vectors in memory only (for this process).
+    `cache_path` None keeps vectors in memory only (for this process). `progress` (texts
+    encoded, texts/s, ETA; see `EmbeddingCache.embed`): None for batches of at least
+    PROGRESS_MIN_TEXTS texts (a tqdm bar on a terminal, a line every 30 s otherwise), True a
+    bar always, False never; the config key `progress: false` turns it off whatever this says.
     """
 
     def __init__(
@@ -351,15 +354,24 @@ class DenseRetriever:
         """Distinct texts found in the cache and encoded so far (see EmbeddingCache)."""
         return self.cache.counters()
 
-    def embed(self, texts: Sequence[str], prompt: str, description: str = "embedding") -> np.ndarray:
-        """Unit vectors of `texts` encoded with `prompt`, one row per text, through the cache."""
+    def progress_label(self, what: str) -> str:
+        """What the progress of encoding `what` is called: `semantic: embedding turns with minilm-packaged`."""
+        return f"{self.name}: embedding {what} with {self.model}"
+
+    def embed(self, texts: Sequence[str], prompt: str, description: str = "texts") -> np.ndarray:
+        """Unit vectors of `texts` encoded with `prompt`, one row per text, through the cache.
+
+        Progress (`lme.progress`, for large batches or as `progress` says) is labelled by
+        `progress_label(description)`.
+        """
         return self.cache.embed(
             texts, self.model_id, prompt, lambda batch: self.encoder.encode(batch, prompt),
-            chunk_texts=self.batch_size * CHUNK_BATCHES, progress=self.progress, description=description,
+            chunk_texts=self.batch_size * CHUNK_BATCHES, progress=self.progress,
+            description=self.progress_label(description),
         )
 
     def prepare(self, questions: Iterable[Question]) -> None:
-        """Encode and cache every turn and question text of `questions` in one batched pass (with a progress bar)."""
+        """Encode and cache every turn and question text of `questions` in one batched pass (with progress)."""
         questions = list(questions)
         for texts, prompt, description in (
             ([turn.content for question in questions for turn in question.turns()], self.document_prompt, "turns"),
@@ -368,7 +380,7 @@ class DenseRetriever:
             self.cache.ensure(
                 texts, self.model_id, prompt, lambda batch, prompt=prompt: self.encoder.encode(batch, prompt),
                 chunk_texts=self.batch_size * CHUNK_BATCHES, progress=self.progress,
-                description=f"{self.name}: embedding {description}",
+                description=self.progress_label(description),
             )
 
     def rank(self, question: Question, top_k: int) -> Ranking:
@@ -377,8 +389,8 @@ class DenseRetriever:
         turns = question.turns()
         if top_k == 0 or not turns:
             return Ranking(retriever=self.name, turn_ids=(), scores=())
-        documents = self.embed([turn.content for turn in turns], self.document_prompt, f"{self.name}: turns")
-        query = self.embed([question.question], self.query_prompt, f"{self.name}: question")[0]
+        documents = self.embed([turn.content for turn in turns], self.document_prompt, "turns")
+        query = self.embed([question.question], self.query_prompt, "the question")[0]
         hits = top_by_cosine(documents, query, top_k)
         return Ranking(
             retriever=self.name,

@@ -17,6 +17,10 @@ paid for) and returns one row per input text; `ensure` does the same without
 reading any vector back, to warm the cache for a whole dataset. The counters
 `hits` and `encoded` count distinct texts found and encoded since the cache
 was opened (or `reset_counters`); `requested` counts texts asked for.
+
+Encoding shows progress through `lme.progress` (texts encoded, texts/s, ETA):
+a tqdm bar on a terminal, a line every 30 s otherwise, nothing when
+`progress: false` (see `EmbeddingCache.embed`).
 """
 
 from __future__ import annotations
@@ -24,7 +28,6 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
-import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -33,13 +36,14 @@ from pathlib import Path
 import numpy as np
 
 from lme.errors import LmeError
+from lme.progress import progress as progress_display
 from lme.sqlite import connect
 
 Encode = Callable[[list[str]], np.ndarray]  # texts -> float array of shape (len(texts), dim)
 
 LOOKUP_CHUNK = 900  # keys per `IN (...)` query, below SQLite's historical 999-variable limit
 DEFAULT_CHUNK_TEXTS = 1024  # texts per encoder call and per write transaction
-PROGRESS_MIN_TEXTS = 1024  # fewer texts to encode than this: no progress bar
+PROGRESS_MIN_TEXTS = 1024  # fewer texts to encode than this: no progress unless asked (progress=True)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS embeddings (
@@ -200,8 +204,12 @@ class EmbeddingCache:
 
         `encode` is called with lists of distinct, not yet cached texts
         (prompt not applied: that is the encoder's job), longest first, at
-        most `chunk_texts` at a time. `progress`: True / False, or None to
-        show a bar only on a terminal and for at least PROGRESS_MIN_TEXTS texts.
+        most `chunk_texts` at a time. `progress`: None shows progress for at
+        least PROGRESS_MIN_TEXTS texts to encode (a tqdm bar on a terminal, a line
+        every 30 s otherwise: `lme.progress`), True a tqdm bar on stderr whatever
+        it is and however few texts, False nothing; `lme.progress.set_enabled(False)`
+        (the config key `progress: false`) turns all of it off. `description`
+        labels it.
         An empty `texts` gives an array of shape (0, 0).
         """
         make_key = KeyMaker(model_id, prompt)
@@ -262,15 +270,13 @@ class EmbeddingCache:
         if not missing:
             return
         missing = sorted(missing, key=lambda key: len(distinct[key]), reverse=True)
-        show = progress if progress is not None else (sys.stderr.isatty() and len(missing) >= PROGRESS_MIN_TEXTS)
+        show = progress if progress is not None else len(missing) >= PROGRESS_MIN_TEXTS
         from concurrent.futures import Future, ThreadPoolExecutor
-
-        from tqdm.auto import tqdm
 
         # Each chunk is written by a helper thread while the next one is encoded (at most one write
         # in flight), so on a fast encoder (a GPU) the writes cost no encoding time.
         with (
-            tqdm(total=len(missing), desc=description, unit="text", disable=not show) as bar,
+            progress_display(description, len(missing), "texts", enabled=show, bar=True if progress else None) as bar,
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="lme-embedding-cache") as writer,
         ):
             pending: Future[None] | None = None

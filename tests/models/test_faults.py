@@ -54,13 +54,18 @@ def test_a_slow_reply_past_the_timeout_is_retried(tmp_path):
 
 
 def test_empty_content_is_an_answer_not_a_retry(tmp_path):
-    """A 200 with empty content was paid for: it is returned (the run counts it as a missing answer), not retried."""
+    """A 200 with empty content was paid for: it is returned (the run counts it as a missing answer), not
+    retried, and not cached: a rerun asks again."""
     ledger = Ledger(tmp_path / "ledger.sqlite")
-    with LoopbackServer(reply="never sent", faults=[("empty_content",)]) as server:
-        result = call(Gateway(ledger=ledger), spec_for(server))
+    cache = CallCache(tmp_path / "c.sqlite")
+    with LoopbackServer(reply="said later", faults=[("empty_content",)]) as server:
+        result = call(Gateway(cache, ledger=ledger), spec_for(server))
         assert len(server.requests) == 1
+        again = call(Gateway(cache, ledger=ledger), spec_for(server))
+        assert len(server.requests) == 2
     assert result.ok and result.text == "" and result.refusal is None
-    assert [row["status"] for row in ledger.rows()] == ["paid"]
+    assert again.text == "said later" and not again.cached
+    assert [row["status"] for row in ledger.rows()] == ["paid", "paid"]
     ledger.close()
 
 

@@ -15,7 +15,7 @@ from loopback import LoopbackServer
 
 from lme.errors import LmeError
 from lme.models.cache import CallCache
-from lme.models.gateway import Gateway, ModelSpec
+from lme.models.gateway import Gateway, ModelSpec, SystemicFailure
 
 pytestmark = pytest.mark.usefixtures("warm_litellm", "test_key")
 
@@ -198,12 +198,18 @@ def test_persistent_failure_is_returned_not_raised_and_not_cached(cache):
     assert gateway.calls_failed == 1 and gateway.calls_made == 1
 
 
-@pytest.mark.parametrize("status", ["400", "401", "404"])
-def test_client_errors_are_not_retried(status, cache):
+@pytest.mark.parametrize("status", ["400", "401", "403", "404", "422"])
+def test_client_errors_stop_everything_at_once(status, cache):
+    """No retry can fix a bad key, an unknown model or a refused parameter: one request, then nothing more."""
     with LoopbackServer(reply="ok", faults=[(status,)]) as server:
-        result = call(Gateway(cache), spec_for(server, max_attempts=5))
+        gateway = Gateway(cache)
+        with pytest.raises(SystemicFailure) as stopped:
+            call(gateway, spec_for(server, max_attempts=5))
         assert len(server.requests) == 1
-    assert not result.ok and result.attempts == 1 and result.error
+        with pytest.raises(SystemicFailure):  # a later call, even another one, is not sent
+            call(gateway, spec_for(server, max_attempts=5), seed=2)
+        assert len(server.requests) == 1
+    assert stopped.value.model == "openai/gpt-4o-mini" and stopped.value.detail
     assert len(cache) == 0
 
 
@@ -279,12 +285,12 @@ def test_key_reaches_server_but_not_the_cache_file(test_key, tmp_path):
 def test_key_echoed_by_the_provider_is_redacted_from_the_error(test_key):
     fault = ("401", "Incorrect API key provided: {api_key}. You can find your API key at the dashboard.")
     with LoopbackServer(reply="ok", faults=[fault]) as server:
-        result = call(Gateway(), spec_for(server))
+        with pytest.raises(SystemicFailure) as stopped:
+            call(Gateway(), spec_for(server))
         assert len(server.requests) == 1
-    assert not result.ok
-    assert "Incorrect API key provided" in result.error  # the message itself survives
-    assert test_key not in result.error
-    assert test_key not in repr(result)
+    assert "Incorrect API key provided" in str(stopped.value)  # the message itself survives
+    assert stopped.value.error_class == "AuthenticationError"
+    assert test_key not in str(stopped.value) and test_key not in repr(stopped.value)
 
 
 def test_key_in_retried_errors_is_redacted(test_key):

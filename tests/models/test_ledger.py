@@ -360,13 +360,13 @@ def test_reservations_of_a_killed_process_are_recovered_once(tmp_path, cache):
 
 
 def test_process_alive_sees_a_reaped_child_as_dead():
-    from lme.models.ledger import _process_start, process_alive
+    from lme.models.ledger import process_start, process_alive
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
-    start = _process_start(child.pid)
+    start = process_start(child.pid)
     assert process_alive(child.pid, start)
     child.kill()
     child.wait()
     assert not process_alive(child.pid, start)
-    assert process_alive(os.getpid(), _process_start(os.getpid()))
-    assert not process_alive(os.getpid(), "not-my-start-time") or not _process_start(os.getpid())
+    assert process_alive(os.getpid(), process_start(os.getpid()))
+    assert not process_alive(os.getpid(), "not-my-start-time") or not process_start(os.getpid())

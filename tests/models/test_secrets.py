@@ -63,21 +63,26 @@ def _files(root: Path) -> list[Path]:
 @pytest.mark.slow
 def test_nothing_a_run_writes_holds_the_key(tmp_path):
     echo = ("401", "Incorrect API key provided: {api_key}. You can find your API key at the dashboard.")
-    with LoopbackServer(reply="offline", faults=[echo, ("500", "upstream said {api_key}")]) as server:
+    retried = [("500", "upstream said {api_key}"), ("500", "upstream said {api_key}")]  # one call fails twice
+    with LoopbackServer(reply="offline", faults=retried) as server:
         result = _run(tmp_path, server=server)
+        server.add_faults(echo)  # then the key is refused: the rerun stops at once, saying why
+        stopped = _run(tmp_path, "limit=8", server=server)
         requests = server.requests
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 5, result.stderr[-3000:]  # one answer missing
+    assert "upstream said [redacted]" in (tmp_path / "outputs/run/outcomes.jsonl").read_text()
+    assert stopped.returncode == 4, stopped.stderr[-3000:]
+    assert "Incorrect API key provided" in stopped.stderr  # the provider's message is shown, without the key
     assert any(r.headers.get("authorization") == f"Bearer {FAKE_KEY}" for r in requests)  # the key was used
 
     files = _files(tmp_path)
     names = {path.name for path in files}
     assert {"mlflow.db", "calls.sqlite", "ledger.sqlite", "outcomes.jsonl", "config.yaml"} <= names
     assert any("mlruns" in path.parts for path in files)
-    journal = (tmp_path / "outputs/run/outcomes.jsonl").read_text()
-    assert "Incorrect API key provided" in journal  # the provider's error is kept, without the key
     leaks = [str(path) for path in files if FAKE_KEY.encode() in path.read_bytes()]
     assert leaks == []
-    assert FAKE_KEY not in result.stdout and FAKE_KEY not in result.stderr
+    for run in (result, stopped):
+        assert FAKE_KEY not in run.stdout and FAKE_KEY not in run.stderr
 
 
 @pytest.mark.slow
