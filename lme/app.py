@@ -497,11 +497,9 @@ def _print_summary(design: str, seed: int, judge: str, official: bool, metrics: 
 
 def _children_rows(settings: TrackingSettings, parent_id: str) -> dict[str, list[tuple[str, list[dict[str, Any]]]]]:
     """Design -> [(seed, journal rows)] of the parent's finished jobs, in seed order."""
-    from mlflow.tracking import MlflowClient
+    from lme.tracking import client_for, experiment_id, read_outcome_rows
 
-    from lme.tracking import experiment_id, read_outcome_rows
-
-    client = MlflowClient(tracking_uri=settings.uri)
+    client = client_for(settings)
     children = client.search_runs(
         [experiment_id(settings)], filter_string=f"tags.mlflow.parentRunId = '{parent_id}'", max_results=10_000
     )

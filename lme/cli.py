@@ -37,6 +37,7 @@ register("import-eval", "lme.interop_cli", "import_main", "read an official .eva
 register("prereg", "lme.prereg", "main", "freeze a composed design into a preregistration record; verify against it")
 register("audit", "lme.audit", "main", "scan instruction, paragraph, rule and example texts for reference answers")
 register("estimate", "lme.models.estimate", "main", "expected calls and dollars per design and seed, before any model call")
+register("runs", "lme.runs_cli", "main", "mark MLflow runs left RUNNING by a killed process as KILLED (runs repair)")
 register("cache", "lme.models.cache_cli", "main", "merge per-machine call caches into one (cache merge SOURCE... [--into FILE])")
 
 

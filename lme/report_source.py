@@ -351,8 +351,6 @@ def labels_for(selections: Sequence[Selection]) -> list[str]:
 
 
 def _client(settings: TrackingSettings):
-    from mlflow.tracking import MlflowClient
-
     uri = settings.uri
     if uri.startswith("sqlite:///"):
         path = Path(uri[len("sqlite:///"):])
@@ -360,7 +358,9 @@ def _client(settings: TrackingSettings):
             raise LmeError(
                 f"{path}: no MLflow tracking store there (tracking.uri={uri}); run a design first or pass tracking.uri=..."
             )
-    return MlflowClient(tracking_uri=uri)
+    from lme.tracking import client_for
+
+    return client_for(settings)
 
 
 def _experiment_id(client: Any, settings: TrackingSettings) -> str:

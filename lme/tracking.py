@@ -89,10 +89,16 @@ def params_from_config(config: Mapping[str, Any]) -> dict[str, str]:
     return params
 
 
-def _client(settings: TrackingSettings):
+def client_for(settings: TrackingSettings):
+    """A client of the tracking store; the first in this process opens (and, when new, creates) the store
+    under `_store_lock`."""
     from mlflow.tracking import MlflowClient
 
-    return MlflowClient(tracking_uri=settings.uri)
+    with _store_lock(settings):
+        client = MlflowClient(tracking_uri=settings.uri)
+        if settings.uri not in _READY:
+            client.search_experiments(max_results=1)  # opens the store now, inside the lock
+        return client
 
 
 def artifact_location(settings: TrackingSettings) -> str | None:
@@ -138,18 +144,17 @@ def _store_lock(settings: TrackingSettings):
 
 
 def experiment_id(settings: TrackingSettings) -> str:
-    with _store_lock(settings):
-        client = _client(settings)
+    client = client_for(settings)
+    experiment = client.get_experiment_by_name(settings.experiment)
+    if experiment is not None:
+        return experiment.experiment_id
+    try:
+        return client.create_experiment(settings.experiment, artifact_location=artifact_location(settings))
+    except Exception:  # another job created it first
         experiment = client.get_experiment_by_name(settings.experiment)
-        if experiment is not None:
-            return experiment.experiment_id
-        try:
-            return client.create_experiment(settings.experiment, artifact_location=artifact_location(settings))
-        except Exception:  # another job created it first
-            experiment = client.get_experiment_by_name(settings.experiment)
-            if experiment is None:
-                raise
-            return experiment.experiment_id
+        if experiment is None:
+            raise
+        return experiment.experiment_id
 
 
 class JobRun:
@@ -157,7 +162,7 @@ class JobRun:
 
     def __init__(self, settings: TrackingSettings, run_name: str, tags: Mapping[str, str], parent_id: str | None = None):
         self.settings = settings
-        self.client = _client(settings)
+        self.client = client_for(settings)
         all_tags = dict(tags) | owner_tags()
         if parent_id:
             all_tags["mlflow.parentRunId"] = parent_id
@@ -219,7 +224,7 @@ def repair_orphans(settings: TrackingSettings, experiment_ids: list[str] | None 
 
     from lme.models.ledger import process_alive
 
-    client = _client(settings)
+    client = client_for(settings)
     ids = experiment_ids or [experiment_id(settings)]
     host = socket.gethostname()
     repaired = []
@@ -277,7 +282,7 @@ def across_seed_metrics(groups: Mapping[str, list[list[dict[str, Any]]]]) -> dic
 
 def summarise_children(settings: TrackingSettings, parent_id: str) -> tuple[dict[str, float], dict[str, Any]]:
     """Read every finished child of `parent_id` and compute the across-seed measures."""
-    client = _client(settings)
+    client = client_for(settings)
     children = client.search_runs(
         [experiment_id(settings)], filter_string=f"tags.mlflow.parentRunId = '{parent_id}'", max_results=10_000
     )

@@ -124,20 +124,23 @@ def read_json(path: Path) -> Any:
         if not exc.doc.strip():
             raise DataError(f"{path}: is empty (no JSON in it).") from None
         raise DataError(f"{path}: not valid JSON ({exc.msg}; line {exc.lineno}, column {exc.colno}).") from None
-    except (OSError, EOFError, lzma.LZMAError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:  # the streaming reader names the record and the byte's offset
+        raise _located(path, exc) or DataError(f"{path}: cannot be read as {kind} ({exc}).") from None
+    except (OSError, EOFError, lzma.LZMAError) as exc:
         raise DataError(f"{path}: cannot be read as {kind} ({exc}).") from None
     except (RecursionError, ValueError) as exc:  # nesting too deep for json, an integer of over 4,300 digits
-        raise _beyond_json_limits(path, exc) from None
+        raise _located(path, exc) or _beyond_json_limits(path, exc) from None
+
+
+def _located(path: Path, exc: BaseException) -> DataError | None:
+    """The sentence naming the record and field for what `json.load` refused, found again by the
+    streaming reader (which reads one record at a time and knows where it is), or None."""
+    from lme.data.stream import first_problem  # lme.data.stream imports this module
+
+    return first_problem(path)
 
 
 def _beyond_json_limits(path: Path, exc: BaseException) -> DataError:
-    """The located sentence for what `json.load` refused on a limit (found again by the streaming
-    reader, which names the record and field)."""
-    from lme.data.stream import first_problem  # lme.data.stream imports this module
-
-    found = first_problem(path)
-    if found is not None:
-        return found
     if isinstance(exc, RecursionError):
         return DataError(f"{path}: {NESTING_PROBLEM}.")
     reason = str(exc).strip().splitlines()[0].rstrip(".") if str(exc).strip() else type(exc).__name__

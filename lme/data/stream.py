@@ -103,17 +103,25 @@ def scan_index(path: str | Path) -> list[IndexEntry]:
     Memory stays small (one entry per record); costs one pass over the file's JSON events.
     Raises `DataError` on a missing, unreadable or malformed file, a top level that is not an
     array, or anything beyond `lme.data.validate`'s limits (nesting, lone surrogates, integer
-    size), with the same sentence as `iter_questions`; records are not otherwise validated.
+    size), with the same sentence as `iter_questions`, and on a question id that repeats (a
+    selection by id would otherwise stop at its first record); records are not otherwise validated.
     """
     path = Path(path)
     _check_top_level(path)
     try:
         with _open_binary(path) as handle:
-            return _index_entries(ijson.basic_parse(SurrogateGuard(handle), use_float=True))
+            entries = _index_entries(ijson.basic_parse(SurrogateGuard(handle), use_float=True))
     except (TooDeep, ijson.JSONError, UnicodeDecodeError, *_READ_ERRORS) as exc:
         # read it again, building records, for the sentence that names the record and field
         found = first_problem(path)
         raise (found or DataError(f"{path}: cannot be read as {_kind(path)} ({_reason(exc)}).")) from None
+    seen: set[str] = set()
+    for entry in entries:
+        if entry.question_id in seen:
+            raise DataError(f"{path}: question {entry.question_id}: field question_id: duplicate id.")
+        if entry.question_id is not None:
+            seen.add(entry.question_id)
+    return entries
 
 
 def _index_entries(events: Iterable[tuple[str, Any]]) -> list[IndexEntry]:
@@ -210,7 +218,8 @@ def _selected_questions(path: Path, wanted: list[str]) -> Iterator[Question]:
     if remaining:
         for index, record in enumerate(_records(path)):
             raw_id = record.get("question_id") if isinstance(record, dict) else None
-            if not isinstance(raw_id, str):
+            if not isinstance(raw_id, str) or not raw_id:
+                parse_question(record, path, index)  # no usable id: says what is wrong with the record
                 continue
             if raw_id in seen:
                 raise DataError(f"{path}: question {raw_id}: field question_id: duplicate id.")

@@ -100,8 +100,21 @@ def value_problem(value: Any, depth: int) -> tuple[str, str] | None:
 
 
 def join_field(field: str, below: str) -> str:
-    """`field` + a path below it from `value_problem` ("[0].x")."""
-    return f"{field}{below}" if below else field
+    """`field` + a path below it from `value_problem` ("[0].x"), shortened (`short_field`)."""
+    return short_field(f"{field}{below}" if below else field)
+
+
+_FIELD_PART = re.compile(r"\[\d+\]|\.?[^.\[]+")
+_FIELD_PARTS_SHOWN = 6
+
+
+def short_field(field: str) -> str:
+    """A field path of at most 6 parts: a path 60 arrays deep is named by its first 6, then "...".
+    (Names cannot be told apart from path syntax when a key holds "." or "[": the cut is cosmetic.)"""
+    parts = _FIELD_PART.findall(field)
+    if len(parts) <= _FIELD_PARTS_SHOWN:
+        return field
+    return "".join(parts[:_FIELD_PARTS_SHOWN]) + "..."
 
 
 # --- lone surrogates in the raw bytes -------------------------------------------------------------
@@ -160,17 +173,17 @@ class SurrogateGuard:
     def _check(buffer: bytes, final: bool) -> tuple[int, int | None]:
         """(how many leading bytes are checked and may be handed on, offset of a lone escape or None)."""
         limit = len(buffer)
-        if not final and buffer.find(b"\\", len(buffer) - _PAIR_LEN) >= 0:
+        if not final and buffer.find(b"\\", max(0, len(buffer) - _PAIR_LEN)) >= 0:
             limit -= _PAIR_LEN  # an escape may start near the end: its partner must be in view
         ready = max(limit, 0)
-        paired_low = -1  # offset of the low half just accepted as a pair's second
+        covered = 0  # end of the last pair accepted (its low half is not looked at again)
         for match in _SURROGATE_ESCAPE.finditer(buffer):
             start = match.start()
+            if start < covered:
+                continue
             if start >= limit:
                 ready = min(ready, start)
                 break
-            if start == paired_low:
-                continue
             run = 1
             while start - run >= 0 and buffer[start - run] == 0x5C:  # backslashes before this one
                 run += 1
@@ -178,9 +191,10 @@ class SurrogateGuard:
                 continue
             high = buffer[start + 3] in b"89abAB"
             if high and _LOW_ESCAPE.match(buffer, start + _ESCAPE_LEN):
-                paired_low = start + _ESCAPE_LEN
+                covered = start + _PAIR_LEN
                 continue
             return ready, start
+        ready = max(ready, covered)  # never split an accepted pair
         # never split a run of backslashes: the next check must see all of it
         while 0 < ready and buffer[ready - 1] == 0x5C:
             ready -= 1
@@ -288,7 +302,7 @@ class RawRecords:
                     in_key = True
             else:
                 parts.append(f"[{len(top)}]")
-        field = "".join(parts).lstrip(".")
+        field = short_field("".join(parts).lstrip("."))
         return Where(
             inside=True,
             index=self.count,

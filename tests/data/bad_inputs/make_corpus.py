@@ -273,6 +273,143 @@ case(
     ["question bi001", "field question_id", "duplicate"],
 )
 
+# --- text that cannot be written as UTF-8: JSON escapes of lone UTF-16 surrogates --------------------
+SURROGATE = ["lone UTF-16 surrogate", "cannot be encoded as UTF-8"]
+case(
+    "surrogate_question.json",
+    dumps(second(setter("question", "Which instrument did I start learning \ud800 this spring?"))),
+    "a lone high surrogate escape inside the question",
+    ["question bi002", "field question", "\\ud800", *SURROGATE],
+)
+case(
+    "surrogate_answer_end.json",
+    dumps(second(setter("answer", "The cello\udbff"))),
+    "a lone high surrogate escape at the end of the answer (ijson would read it as '?')",
+    ["question bi002", "field answer", "\\udbff", *SURROGATE],
+)
+case(
+    "surrogate_content_low.json",
+    dumps(second(turn_change(1, 0, lambda t: {**t, "content": "I had my first \udc00 cello lesson today."}))),
+    "a lone low surrogate escape in a turn's content",
+    ["question bi002", "field haystack_sessions[1][0].content", "\\udc00", *SURROGATE],
+)
+case(
+    "surrogate_broken_pair.json",
+    dumps(second(turn_change(0, 1, lambda t: {**t, "content": "Simmer \ud83dA lentils."}))),
+    "a high surrogate followed by a letter, not by its low half",
+    ["question bi002", "field haystack_sessions[0][1].content", "\\ud83d", *SURROGATE],
+)
+case(
+    "surrogate_question_id.json",
+    dumps(second(setter("question_id", "bi\udfff002"))),
+    "a lone surrogate in the question id (the message names the record instead)",
+    ["record 1", "field question_id", "\\udfff", *SURROGATE],
+)
+case(
+    "surrogate_session_id.json",
+    dumps(second(setter("haystack_session_ids", ["filler_soup", "answer_\ud800"]))),
+    "a lone surrogate in a session id",
+    ["question bi002", "field haystack_session_ids[1]", *SURROGATE],
+)
+case(
+    "surrogate_date.json",
+    dumps(second(setter("question_date", "2024/04/20 (Sat) 10:15\udc00"))),
+    "a lone surrogate in the question date",
+    ["question bi002", "field question_date", *SURROGATE],
+)
+case(
+    "surrogate_turn_key.json",
+    dumps(second(turn_change(0, 0, lambda t: {**t, "note\ud800": "x"}))),
+    "a lone surrogate in the key of an extra turn field",
+    ["question bi002", "field haystack_sessions[0][0]", "a key holds", *SURROGATE],
+)
+
+
+# --- nesting deeper than any LongMemEval record needs ------------------------------------------------
+NESTED = "@@NESTED@@"
+
+
+def nested(depth: int, change: Callable[[dict[str, Any]], None]) -> bytes:
+    """Two records; `change` puts the NESTED marker where `depth` nested arrays go (bi002)."""
+    text = json.dumps(second(change), separators=(",", ":"))
+    return text.replace(f'"{NESTED}"', "[" * depth + "]" * depth).encode("utf-8")
+
+
+DEEP = ["nested more than 64 deep"]
+case(
+    "deep_nesting_question.json.xz",
+    lzma.compress(nested(100_000, setter("question", NESTED))),
+    "100,000 nested arrays as the question (json.load: RecursionError; ijson.items: memory grows as depth squared)",
+    ["question bi002", "field question[0][0][0][0][0]...", *DEEP],
+)
+case(
+    "deep_nesting_content.json",
+    nested(1_200, turn_change(1, 1, lambda t: {**t, "content": NESTED})),
+    "1,200 nested arrays as a turn's content",
+    ["question bi002", "field haystack_sessions[1][1].content", *DEEP],
+)
+case(
+    "deep_nesting_extra_field.json",
+    nested(100, setter("metadata", NESTED)),
+    "an extra field 100 arrays deep (json.load reads it; a record needs 5 levels)",
+    ["question bi002", "field metadata[0][0][0][0][0]...", *DEEP],
+)
+
+
+# --- absurd numbers ------------------------------------------------------------------------------------
+BIG = ["integer too large", "at most 15 digits"]
+
+
+def raw_answer(digits: str) -> bytes:
+    return dumps(second(setter("answer", "@@ANSWER@@"))).replace(b'"@@ANSWER@@"', digits.encode("ascii"))
+
+
+case(
+    "answer_5000_digits.json.xz",
+    lzma.compress(raw_answer("7" * 5000)),
+    "an integer answer of 5,000 digits (json.load: ValueError, over Python's 4,300-digit limit)",
+    ["question bi002", "field answer", *BIG],
+)
+case(
+    "answer_25_digits.json",
+    raw_answer("1" + "0" * 24),
+    "an integer answer of 25 digits (past 64 bits: ijson's parser overflows)",
+    ["question bi002", "field answer", *BIG],
+)
+case(
+    "answer_16_digits.json",
+    raw_answer("-1" + "0" * 15),
+    "an integer answer of 16 digits",
+    ["question bi002", "field answer", *BIG],
+)
+case(
+    "session_id_20_digits.json",
+    dumps(second(setter("haystack_session_ids", ["filler_soup", 10**19]))),
+    "an integer session id of 20 digits",
+    ["question bi002", "field haystack_session_ids[1]", *BIG],
+)
+
+
+# --- empty answers -------------------------------------------------------------------------------------
+case(
+    "answer_empty.json",
+    dumps(second(setter("answer", ""))),
+    "an empty answer (the offline judge would call any response correct)",
+    ["question bi002", "field answer", "empty"],
+)
+case(
+    "answer_whitespace.json",
+    dumps(second(setter("answer", " \n\t "))),
+    "an answer of only whitespace",
+    ["question bi002", "field answer", "empty"],
+)
+case(
+    "encoded_surrogate_bytes.json",
+    dumps(good_pair()).replace(b"quick lentil", b"quick \xed\xa0\x80 lentil"),
+    "a surrogate written as raw (CESU-8) bytes, which UTF-8 forbids",
+    ["question bi001", "UTF-8", "0xed"],
+)
+
 
 def main() -> None:
     manifest = {}
