@@ -35,8 +35,7 @@ from lme.models.ledger import (
     BudgetExhausted,
     Ledger,
     budget_stop_message,
-    current_overrides,
-    resume_command,
+    job_resume_command,
 )
 from lme.prereg import check_run
 from lme.run import FIRST_PASS, Journal, Outcome, error_class, run_questions
@@ -62,13 +61,16 @@ def _output_dir() -> Path:
 
 
 def load_dataset(cfg: DictConfig) -> tuple[Path, list]:
+    from lme.data.load import check_data_file
+
     path = Path(str(cfg.dataset.path)).expanduser()
-    if not path.exists():
+    if not os.path.lexists(path):
         fetch = cfg.dataset.get("fetch")  # the `lme data fetch` target that provides this file, if any
         hint = "pass dataset.path=FILE"
         if fetch:
             hint = f"run `python -m lme data fetch {fetch}` or pass dataset.path=FILE"
         raise LmeError(f"{path}: dataset file not found (dataset {cfg.dataset.name}); {hint}.")
+    check_data_file(path, f"dataset {cfg.dataset.name}")  # a directory, a FIFO, a symlink loop, no permission
     selection = Selection.from_config(
         **{key: cfg.get(key) for key in ("split", "question_ids", "question_types", "limit")},
         split_missing=cfg.get("split_missing", "error"),
@@ -293,11 +295,13 @@ def run_job(cfg: DictConfig) -> dict[str, float]:
 
 
 def _run_job(cfg: DictConfig) -> dict[str, float]:
+    from lme.config_check import validate_config
     from lme.progress import progress as progress_bar
     from lme.secrets import refuse_secrets
 
     container: Mapping[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
     refuse_secrets(container, "the composed config")  # before any file or MLflow run is written
+    validate_config(cfg)  # every value checked against its rule, in one sentence, before anything runs
     seed = int(cfg.seed)
     design = str(cfg.design_name)
     reader = build_reader(cfg)
@@ -432,14 +436,14 @@ def systemic_stop_message(exc: SystemicFailure, journaled: int, total: int, run_
         f"lme: stopped: {exc.model} failed with {exc.error_class}: {exc.detail}\n"
         f"lme: No retry can fix this, so no further call was sent. {journaled} of {total} questions are journaled "
         f"in {run_dir / OUTCOMES_ARTIFACT}. Fix the model's name, key or parameters, then resume with: "
-        + resume_command(current_overrides(), run_dir)
+        + job_resume_command(run_dir)
     )
 
 
 def interrupted_message(journaled: int, total: int, run_dir: Path) -> str:
     return (
         f"lme: interrupted; {journaled} of {total} questions are journaled in {run_dir / OUTCOMES_ARTIFACT}. "
-        "To resume: " + resume_command(current_overrides(), run_dir)
+        "To resume: " + job_resume_command(run_dir)
     )
 
 

@@ -164,6 +164,26 @@ def refuse_secrets_before_hydra(args: Sequence[str]) -> None:
         sys.exit(2)
 
 
+def check_config_before_hydra(args: Sequence[str]) -> None:
+    """Every value of the config a run (or each job of a multirun, one sweep value at a time) would compose,
+    checked against its rule (`lme.config_check`) before Hydra starts: a bad value stops with one sentence
+    and exit 2 before any directory or MLflow run is created. A config that does not compose is left to
+    Hydra, which lists the valid options."""
+    from lme.config_check import validate_config
+    from lme.secrets import override_combinations
+
+    for overrides in override_combinations(args, every_value=True) or []:
+        try:
+            config = compose_config(overrides)
+        except LmeError:
+            return
+        try:
+            validate_config(config)
+        except LmeError as exc:
+            print(f"lme: error: {exc}", file=sys.stderr, flush=True)
+            sys.exit(2)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     refuse_secrets_before_hydra(args)  # before anything is written
@@ -178,6 +198,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if unknown is not None:
         print(f"lme: error: {unknown}", file=sys.stderr, flush=True)
         sys.exit(2)
+    check_config_before_hydra(prereg_alias(args))
     from lme.__main__ import run_hydra
 
     try:

@@ -219,14 +219,14 @@ def answer_of(call: CallResult) -> tuple[str | None, str | None]:
     if not call.ok:
         return None, call.error
     if not (call.text or "").strip():
-        return None, "EmptyAnswer: the reader's reply is empty"
+        return None, "EmptyAnswer: empty answer (the reader's reply holds no text)"
     return call.text, None
 
 
 def empty_as_failed(call: CallResult) -> CallResult:
     """A reader reply with no text counted as a failed call (its tokens and dollars kept)."""
     if call.ok and not (call.text or "").strip():
-        return replace(call, text=None, error="EmptyAnswer: the reader's reply is empty"
+        return replace(call, text=None, error="EmptyAnswer: empty answer (the reader's reply holds no text)"
                        + (f" (refused: {call.refusal})" if call.refusal else ""))
     return call
 

@@ -336,11 +336,11 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def override_combinations(arguments: Sequence[str]) -> list[list[str]] | None:
+def override_combinations(arguments: Sequence[str], every_value: bool = False) -> list[list[str]] | None:
     """The override lists whose composed configs cover every config file a run or multirun of these
     arguments can load: each sweep over a group (`+design=a,b`) is taken one value at a time, the other sweeps
-    at their first value (numbers and dotted keys load no file, so only their first value is composed).
-    None when the run composes another primary config (`--config-name`, `--config-dir`, ...)."""
+    at their first value (numbers and dotted keys load no file, so only their first value is composed, unless
+    `every_value`: then every value of every sweep is taken once, for checking each value). None when the run composes another primary config (`--config-name`, `--config-dir`, ...)."""
     if any(str(arg).split("=", 1)[0] in _OTHER_PRIMARY for arg in arguments):
         return None
     overrides = [arg for arg in arguments if ("=" in arg or arg.startswith("~")) and not arg.startswith("-")]
@@ -365,7 +365,7 @@ def override_combinations(arguments: Sequence[str]) -> list[list[str]] | None:
             continue
         key = override.get_key_element()
         base.append(f"{key}={values[0]}")
-        if "." not in override.key_or_group and not all(_is_number(value) for value in values):
+        if every_value or ("." not in override.key_or_group and not all(_is_number(value) for value in values)):
             sweeps.append((len(base) - 1, key, values[1:]))
     combinations = [base]
     for index, key, rest in sweeps:

@@ -123,7 +123,8 @@ _READY: set[str] = set()  # tracking URIs whose store this process has opened (a
 def _store_lock(settings: TrackingSettings):
     """Several processes opening a fresh SQLite tracking store at once would race in MLflow's schema
     migration (one crashes): the first opening in each process holds an exclusive lock on a file beside
-    the store. Other stores (a tracking server) need none."""
+    the store (in the temporary directory, named by the store's path). Other stores (a tracking server)
+    need none."""
     uri = settings.uri
     if uri in _READY or not uri.startswith("sqlite:///"):
         yield
@@ -133,8 +134,8 @@ def _store_lock(settings: TrackingSettings):
     path = Path(uri.removeprefix("sqlite:///"))
     if uri.startswith("sqlite:////"):
         path = Path("/" + uri.removeprefix("sqlite:////"))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "a") as handle:
+    digest = hashlib.sha256(str(path.absolute()).encode("utf-8")).hexdigest()[:16]
+    with open(Path(tempfile.gettempdir()) / f"lme-mlflow-store-{digest}.lock", "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
@@ -360,6 +361,16 @@ class MultirunParent(_HydraCallback):
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
         from omegaconf import OmegaConf, read_write
 
+        from lme.config_check import validate_config
+        from lme.errors import EXIT_BAD_INPUT, LmeError
+
+        try:  # the sweep's common config, before the parent run exists (each job checks its own again)
+            validate_config(config)
+        except LmeError as exc:
+            import sys
+
+            print(f"lme: error: {exc}", file=sys.stderr, flush=True)
+            raise SystemExit(EXIT_BAD_INPUT) from None
         tracking = OmegaConf.to_container(config.tracking, resolve=True)
         self.settings = TrackingSettings(**tracking)  # type: ignore[arg-type]
         if runs_jobs_here(config):  # the jobs will load the data file in this process: start now

@@ -1,9 +1,10 @@
-"""Kill `python -m lme` with SIGKILL at random points and resume it: nothing lost, nothing paid twice.
+"""Kill `python -m lme` with SIGKILL, or interrupt it with SIGINT, at random points and resume it: nothing lost,
+nothing paid twice.
 
 Real subprocesses, the real litellm HTTP path to the loopback server (with
-injected faults), a real journal, call cache and ledger in a temp dir. The
-helpers are `scripts/stress.py`'s, which runs the same checks at ten points
-and at volume.
+injected faults, malformed completions among them), a real journal, call cache
+and ledger in a temp dir. The helpers are `scripts/stress.py`'s, which runs the
+same checks at ten points and at volume.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ import importlib.util
 import json
 import random
 import shlex
+import signal
 import sys
 from pathlib import Path
 
 import pytest
-from loopback import LoopbackServer, mixed_fault_rates
+from loopback import LoopbackServer
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "stress.py"
 
@@ -33,7 +35,7 @@ def _stress():
 
 @pytest.fixture(scope="module")
 def server():
-    with LoopbackServer(reply="offline", latency_s=0.03, fault_rates=mixed_fault_rates(0.1), fault_seed=3,
+    with LoopbackServer(reply="offline", latency_s=0.03, fault_rates=_stress().fault_rates(0.1), fault_seed=3,
                         retry_after_s=0.02, slow_s=1.5, record_bodies=False) as running:
         yield running
 
@@ -60,6 +62,27 @@ def test_a_run_killed_three_times_resumes_to_the_uninterrupted_outcomes_and_pays
 
 
 @pytest.mark.slow
+def test_a_run_interrupted_twice_with_sigint_exits_130_with_one_line_and_resumes_to_the_same_outcomes(tmp_path,
+                                                                                                      server):
+    """Ctrl-C at two points (during start-up, then after 9 journaled questions): each time exit 130 and one
+    `lme: interrupted` line, no traceback; the resumed run's outcomes are the uninterrupted run's."""
+    stress = _stress()
+    dataset = tmp_path / "questions.json"
+    n = 16
+    stress.write_dataset(dataset, n)
+    report = stress.kill_and_resume(
+        dataset, tmp_path, server.base_url, stress.lme_env("sk-lme-sigint-test-0123456789"), kills=2,
+        rng=random.Random(30), n_questions=n, chain=True, signals=(signal.SIGINT,),
+    )
+    assert report.problems == []
+    assert report.sent == {"SIGINT": 2} and report.killed == 2 and report.sigint_clean == 2
+    assert report.resumed == report.runs == 1
+    assert report.identical == 1
+    assert report.paid == report.unique  # paid answers: none twice (billed-only rows are counted apart)
+    assert report.same_calls_as_reference == 1
+
+
+@pytest.mark.slow
 def test_a_cap_stops_the_job_cleanly_and_the_rerun_resumes_it(tmp_path, server):
     """A study dollar cap at 64 calls in flight: exit 3 with the resume command; no overshoot; the printed
     command (the cap cleared) finishes the job with every question, paying no call twice."""
@@ -76,7 +99,7 @@ def test_a_cap_stops_the_job_cleanly_and_the_rerun_resumes_it(tmp_path, server):
 
     stopped = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=stress.ROOT)
     assert stopped.returncode == 3, stopped.stderr[-3000:]
-    message = [line for line in stopped.stderr.splitlines() if line.startswith("lme:")]
+    message = [line for line in stopped.stderr.splitlines() if line.startswith("lme:") and "questions/s" not in line]
     assert "stopped at a spending cap" in message[0] and "dollar cap of $0.0040" in message[0]
     journaled = stress.journal_rows(tmp_path / "run")
     assert 0 < len(journaled) < n and f"{len(journaled)} of {n} questions are journaled" in message[0]
@@ -95,6 +118,22 @@ def test_a_cap_stops_the_job_cleanly_and_the_rerun_resumes_it(tmp_path, server):
         == {row["question_id"]: row for row in journaled}  # the journaled questions were not asked again
     after = stress.LedgerFigures.read(tmp_path / "cache" / "ledger.sqlite")
     assert after.paid == after.unique
+
+
+@pytest.mark.slow
+def test_a_provider_ignoring_max_tokens_stops_a_capped_job_at_the_first_reply(tmp_path):
+    """Every reply padded far past `max_tokens`, a $0.01 study cap, one call in flight: exit 3 naming the reply
+    that cost more than reserved; that reply kept and paid; nothing more sent; overshoot at most that reply."""
+    stress = _stress()
+    dataset = tmp_path / "questions.json"
+    stress.write_dataset(dataset, 4)
+    report = stress.oversize_under_a_cap(dataset, tmp_path, stress.lme_env("sk-lme-oversize-test-0123456789"),
+                                         cap=0.01, n_questions=4)
+    assert report.problems == []
+    assert report.exit_code == 3 and report.requests == 1 and report.paid == 1 and report.kept
+    assert "stopped at a spending cap" in report.message and "more than the $" in report.message
+    assert report.largest_reply > report.cap_dollars  # one reply over the cap on its own
+    assert report.overshoot_beyond_one_reply == 0
 
 
 @pytest.mark.usefixtures("warm_litellm")

@@ -85,9 +85,10 @@ def iter_questions(path: str | Path, question_ids: Iterable[str] | None = None) 
 
     `question_ids`, when given, selects those questions. They are yielded in
     file order (not in the order given, which would mean holding questions
-    back); only selected records are validated; reading stops as soon as all
-    have been found; an id the file does not hold fails after the whole file
-    has been read (use `scan_index` first to fail early).
+    back); only selected records are validated, and records without a usable
+    id (which no selection can name: their error is reported); reading stops
+    as soon as all have been found; an id the file does not hold fails after
+    the whole file has been read (use `scan_index` first to fail early).
     """
     path = Path(path)
     _check_top_level(path)

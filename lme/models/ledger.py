@@ -389,11 +389,38 @@ def resume_command(overrides: list[str], run_dir: str | Path) -> str:
     return "python -m lme " + " ".join(shlex.quote(item) for item in [*kept, f"hydra.run.dir={run_dir}"])
 
 
+def job_resume_command(run_dir: str | Path) -> str:
+    """How to continue the running job: its own command and run directory; in a multirun launched by this
+    process (Hydra's basic launcher), the sweep's command with its sweep directory, which resumes every job."""
+    import shlex
+    import sys
+
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        hydra = HydraConfig.get()
+        argv = sys.argv[1:]
+        if hydra.mode == RunMode.MULTIRUN and any(flag in argv for flag in ("-m", "--multirun")):
+            from lme.secrets import keep_argument
+
+            kept = [
+                item for item in argv
+                if item not in ("-m", "--multirun") and not item.lstrip("+~").startswith("hydra.sweep.dir=")
+                and keep_argument(item)
+            ]
+            sweep = Path(str(hydra.sweep.dir)).absolute()
+            return "python -m lme -m " + " ".join(shlex.quote(item) for item in [*kept, f"hydra.sweep.dir={sweep}"])
+    except (ImportError, ValueError):
+        pass
+    return resume_command(current_overrides(), run_dir)
+
+
 def budget_stop_message(reason: BudgetExhausted, journaled: int, total: int, run_dir: str | Path) -> str:
     """What a job prints when it stops at a cap: why, what it kept, and how to resume."""
     return (
         f"lme: stopped at a spending cap: {reason} {journaled} of {total} questions are journaled in "
         f"{Path(run_dir) / 'outcomes.jsonl'}; calls already paid are in the call cache.\n"
         "lme: To resume, raise or clear the cap (e.g. budget.study_dollars=null) and run: "
-        + resume_command(current_overrides(), run_dir)
+        + job_resume_command(run_dir)
     )

@@ -28,7 +28,7 @@ from judging import OFFLINE_TEMPLATES
 
 CONF = Path(lme.__file__).parent / "conf"
 STEP_FIELDS = ["rule", "view", "instruction_sha256", "chosen", "reread", "failed", "error", "step_answer", "answer",
-               "correct", "reader", "judge"]
+               "correct", "reader", "judge", "judge_error"]
 
 
 @pytest.fixture(scope="module")

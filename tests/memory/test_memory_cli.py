@@ -176,7 +176,9 @@ def test_bad_arguments_are_one_sentence():
     assert_one_sentence_error(run_cli("--question", "d82c07cd", "--payload", "--json"), "--json")
     assert_one_sentence_error(run_cli("--frobnicate"), "--frobnicate")
     assert_one_sentence_error(run_cli("--view", "nosuchview"), "nosuchview")
-    assert_one_sentence_error(run_cli("nosuchkey=3"), "nosuchkey")
+    unknown_key = run_cli("nosuchkey=3")  # a composition error: one `lme: error:` line, then Hydra's hint
+    assert unknown_key.returncode == 2 and "Traceback" not in unknown_key.stderr
+    assert unknown_key.stderr.startswith("lme: error: ") and "nosuchkey" in unknown_key.stderr.splitlines()[0]
 
 
 # -- the command, on the real mini file --------------------------------------------------------------

@@ -65,12 +65,13 @@ def test_nothing_a_run_writes_holds_the_key(tmp_path):
     echo = ("401", "Incorrect API key provided: {api_key}. You can find your API key at the dashboard.")
     retried = [("500", "upstream said {api_key}"), ("500", "upstream said {api_key}")]  # one call fails twice
     with LoopbackServer(reply="offline", faults=retried) as server:
-        result = _run(tmp_path, server=server)
+        result = _run(tmp_path, "concurrency=1", server=server)
+        first_journal = (tmp_path / "outputs/run/outcomes.jsonl").read_text()
         server.add_faults(echo)  # then the key is refused: the rerun stops at once, saying why
         stopped = _run(tmp_path, "limit=8", server=server)
         requests = server.requests
     assert result.returncode == 5, result.stderr[-3000:]  # one answer missing
-    assert "upstream said [redacted]" in (tmp_path / "outputs/run/outcomes.jsonl").read_text()
+    assert "upstream said [redacted]" in first_journal  # the provider's error is kept, without the key
     assert stopped.returncode == 4, stopped.stderr[-3000:]
     assert "Incorrect API key provided" in stopped.stderr  # the provider's message is shown, without the key
     assert any(r.headers.get("authorization") == f"Bearer {FAKE_KEY}" for r in requests)  # the key was used
