@@ -152,3 +152,46 @@ def test_without_rules_each_outcome_records_its_first_pass_as_the_only_step(part
         assert step.reader == outcome.reader and step.judge == outcome.judge
     rows = [json.loads(line) for line in (tmp_path / "outcomes.jsonl").read_text().splitlines()]
     assert all(row["steps"][0]["rule"] == "first_pass" and row["steps"][0]["error"] is None for row in rows)
+
+
+def test_resume_drops_cut_lines_and_incomplete_outcomes_and_never_appends_to_a_cut_line(parts, tmp_path):
+    journal = Journal(tmp_path / "outcomes.jsonl")
+    first, _ = _run(parts, journal)
+    lines = journal.path.read_text().splitlines()
+    unjudged = json.loads(lines[1]) | {"judge_error": "InternalServerError: judge down"}
+    unanswered = json.loads(lines[2]) | {"answer": None, "reader_error": "Timeout: slow"}
+    journal.path.write_text("\n".join([lines[0], json.dumps(unjudged), json.dumps(unanswered), lines[3][:40]]))
+    kept, dropped = journal.resume()
+    assert list(kept) == [json.loads(lines[0])["question_id"]]
+    assert dropped == {"broken": 1, "incomplete": 2}
+    assert journal.path.read_text() == lines[0] + "\n"  # rewritten: the cut line is gone, the file ends whole
+    again, gateway = _run(parts, journal)
+    assert [o.question_id for o in again] == [o.question_id for o in first]
+    assert all(o.complete for o in again)
+    text = journal.path.read_text()
+    assert text.endswith("\n") and len(text.splitlines()) == len(first)
+    assert all(json.loads(line) for line in text.splitlines())  # every line whole
+    assert gateway.calls_cached == 2 * (len(first) - 1)  # the seven others asked again (from the cache)
+
+
+def test_a_whole_last_line_without_its_newline_is_not_joined_by_the_next_append(parts, tmp_path):
+    journal = Journal(tmp_path / "outcomes.jsonl")
+    _run(parts, journal)
+    lines = journal.path.read_text().splitlines()
+    journal.path.write_text("\n".join(lines[:4]))  # the newline of the last whole line is missing
+    kept, dropped = journal.resume()
+    assert len(kept) == 4 and dropped == {"broken": 0, "incomplete": 0}
+    assert journal.path.read_text() == "\n".join(lines[:4]) + "\n"
+
+
+def test_the_failures_line_counts_calls_by_class_and_missing_answers():
+    from lme.app import failures_line, incomplete_note
+
+    metrics = {"reader_failed_calls": 3, "judge_failed_calls": 1, "missing_answers": 2, "missing_verdicts": 0,
+               "reader_failed_calls.TimeoutError": 3, "judge_failed_calls.TimeoutError": 1}
+    assert failures_line(metrics) == "3 reader calls and 1 judge call failed (TimeoutError); 2 answers missing"
+    metrics |= {"judge_failed_calls.EmptyVerdict": 1, "missing_verdicts": 1, "judge_failed_calls": 2}
+    assert failures_line(metrics) == ("3 reader calls and 2 judge calls failed (EmptyVerdict, TimeoutError); "
+                                      "2 answers missing, 1 verdict missing")
+    assert failures_line({"reader_failed_calls": 0, "judge_failed_calls": 0, "missing_answers": 0}) == ""
+    assert incomplete_note({"missing_answers": 0, "missing_verdicts": 0}) is None
