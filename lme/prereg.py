@@ -65,7 +65,7 @@ RUN_ONLY_PATHS: tuple[str, ...] = (
 RUN_ONLY_LEAVES: frozenset[str] = frozenset(
     {"concurrency", "timeout_s", "max_attempts", "api_key_env", "cache_path", "index_dir", "device",
      "batch_size", "progress", "requests_per_minute", "tokens_per_minute", "backoff_base_s", "backoff_max_s",
-     "retry_after_max_s"}
+     "retry_after_max_s", "unreachable_after_s"}
 )
 PACKAGES: tuple[str, ...] = ("lme", "litellm", "mlflow", "hydra-core", "sentence-transformers")
 # Differences under these keys are reported but do not stop a run.
