@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import csv
-import hashlib
 import json
 import os
 import sys
@@ -25,7 +24,8 @@ from lme.components import build, build_memory, build_retriever, build_view
 from lme.data.load import load_questions
 from lme.data.select import Selection, select_questions
 from lme.errors import LmeError
-from lme.judge import Judge, make_judge, sha256_text
+from lme.hashing import file_sha256, sha256_text
+from lme.judge import Judge, make_judge
 from lme.measures import run_measures
 from lme.models.cache import CallCache
 from lme.errors import EXIT_BUDGET, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_SYSTEMIC
@@ -41,14 +41,6 @@ from lme.prereg import check_run
 from lme.run import FIRST_PASS, Journal, Outcome, error_class, run_questions
 from lme.tracking import OUTCOMES_ARTIFACT, PARENT_ENV, JobRun, TrackingSettings, note_stop, params_from_config
 
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _output_dir() -> Path:

@@ -43,10 +43,8 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 MIN_CHARS = 3
@@ -381,7 +379,7 @@ def _parser() -> argparse.ArgumentParser:
         "(+design=pipeline dataset.path=FILE). Exits 1 when a hit is not a common word.",
     )
     parser.add_argument("--all-designs", action="store_true",
-                        help="audit the default config and every shipped design (lme/conf/design/*.yaml); "
+                        help="audit the default config and every shipped design (conf/design/*.yaml); "
                         "a +design= override is dropped, the others apply to each")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
     return parser

@@ -11,13 +11,11 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 from omegaconf import DictConfig
 
+from lme import CONF_DIR  # the config root (`lme.config_root` says where it is)
 from lme.errors import EXIT_INCOMPLETE, EXIT_INTERRUPTED, LmeError
-
-CONF_DIR = Path(__file__).parent / "conf"
 
 # name -> (module, function taking argv, one-line description)
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {}
@@ -34,7 +32,7 @@ register("rules", "lme.answer.cli", "main", "list the questions each question-te
 register("report", "lme.report_cli", "main", "design-vs-design tables, paired bootstrap intervals, re-read steps, cost, plots")
 register("export", "lme.interop_cli", "export_main", "write a job's answers as LongMemEval's hypothesis JSONL")
 register("import-eval", "lme.interop_cli", "import_main", "read an official .eval-results file; print the official summary lines")
-register("prereg", "lme.prereg", "main", "freeze a composed design into a preregistration record; verify against it")
+register("prereg", "lme.prereg_cli", "main", "freeze a composed design into a preregistration record; verify against it")
 register("audit", "lme.audit", "main", "scan instruction, paragraph, rule and example texts for reference answers")
 register("estimate", "lme.models.estimate", "main", "expected calls and dollars per design and seed, before any model call")
 register("runs", "lme.runs_cli", "main", "mark MLflow runs left RUNNING by a killed process as KILLED (runs repair)")
@@ -52,36 +50,9 @@ def compose_config(overrides: Sequence[str]) -> DictConfig:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             return compose(config_name="config", overrides=prereg_alias(overrides))
     except (HydraException, OmegaConfBaseException) as exc:
+        from lme.hydra_run import config_error_message
+
         raise LmeError(f"config overrides {' '.join(overrides)!r}: {config_error_message(exc)}") from None
-
-
-def config_error_message(exc: BaseException) -> str:
-    """A Hydra composition error as lme prints it: Hydra's first line (and the first line of an
-    OmegaConf cause) as the sentence, then Hydra's own hints and list of valid options, one per line;
-    the config search path and the HYDRA_FULL_ERROR hint are left out."""
-    from omegaconf.errors import OmegaConfBaseException
-
-    lines = [line.rstrip() for line in str(exc).strip().splitlines()]
-    head = lines[0].strip() if lines else type(exc).__name__
-    override = getattr(exc, "override", None)  # OverrideParseException: the override that does not parse
-    if override and str(override) not in head:
-        head = f"override {override!r}: {head}"
-    if head.startswith("In 'config': "):  # the primary config: saying so adds nothing
-        head = head[len("In 'config': "):]
-    cause = exc.__cause__
-    if isinstance(cause, OmegaConfBaseException) and str(cause).strip():
-        reason = str(cause).strip().splitlines()[0].strip()
-        if reason and reason not in head:
-            head = f"{head.rstrip('.')}: {reason}"
-    rest: list[str] = []
-    for line in lines[1:]:
-        if line.strip().startswith("Config search path") or "HYDRA_FULL_ERROR" in line:
-            break
-        if line.strip():
-            rest.append(f"    {line.strip()}" if line.startswith(("\t", " ")) else f"  {line.strip()}")
-    if not rest and not head.endswith((".", "?", "!")):
-        head += "."
-    return "\n".join([head, *rest])
 
 
 def prereg_alias(overrides: Sequence[str]) -> list[str]:
@@ -117,7 +88,7 @@ def print_help(args: Sequence[str]) -> None:
     """lme's usage, then Hydra's help for a run (config groups, the composed config); exits 0."""
     print(_usage())
     print("\nA run's overrides and config groups (Hydra):\n", flush=True)
-    from lme.__main__ import run_hydra
+    from lme.hydra_run import run_hydra
 
     run_hydra([*prereg_alias(args), "hydra.help.app_name=python -m lme"])
     sys.exit(0)
@@ -199,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"lme: error: {unknown}", file=sys.stderr, flush=True)
         sys.exit(2)
     check_config_before_hydra(prereg_alias(args))
-    from lme.__main__ import run_hydra
+    from lme.hydra_run import run_hydra
 
     try:
         run_hydra(prereg_alias(args))

@@ -11,6 +11,18 @@ class DataError(LmeError):
     """A dataset file is missing, unreadable or does not follow the LongMemEval format."""
 
 
+def first_line(error: BaseException | str, fallback: str | None = None) -> str:
+    """The first line of an error's message, stripped: what a one-sentence error quotes of a library's
+    multi-line message (a stack trace, an echoed input). An empty message gives `fallback`, which is by
+    default the exception's class name (`""` for a string)."""
+    text = str(error).strip()
+    if text:
+        return text.splitlines()[0].strip()
+    if fallback is not None:
+        return fallback
+    return "" if isinstance(error, str) else type(error).__name__
+
+
 # Exit statuses of `python -m lme` (README, "Exit statuses").
 EXIT_OK = 0  # every question of every job has an answer and a verdict
 EXIT_FAILED = 1  # an unexpected error (a bug): the traceback is printed

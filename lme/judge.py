@@ -10,7 +10,6 @@ identical prompts share one verdict across seeds and designs.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -18,6 +17,7 @@ from pathlib import Path
 
 from lme.data.records import ABSTENTION_MARK, Question
 from lme.errors import LmeError
+from lme.hashing import sha256_text  # also imported from here by callers and tests
 from lme.models.gateway import CallResult, Gateway, ModelSpec
 
 TEMPLATE_KEYS: tuple[str, ...] = (
@@ -44,10 +44,6 @@ LONGMEMEVAL_TEMPLATE_SHA256: dict[str, str] = {
     "knowledge_update": "183a9b3a6197ec620940f610cdc1207201ec98c1113dd633ea685cfc322fafac",
     "single_session_preference": "741ee3bcbea7ff5e8ed359acef61d2f8ded3de021bbcff6ee13de455f2e2aa9b",
 }
-
-
-def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def template_key(question_id: str, question_type: str) -> str:

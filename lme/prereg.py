@@ -16,7 +16,7 @@ refuses to start on any blocking difference; its MLflow run is tagged
 What blocks: the canonical design (every key but the run-only ones below), the
 judge templates' digests, the data file's SHA-256 and the selected question ids,
 the plan (seeds, primary measure, comparisons; a run's seed must be a planned
-one), the code (SHA-256 of every file under `lme/`, configs included) and the
+one), the code (SHA-256 of every file under `lme/` and `conf/`) and the
 versions of lme, litellm, hydra-core and sentence-transformers. Reported but
 not blocking (`NOTE_KEYS`): the git commit and dirty flag (committing the
 record itself changes both; the file digests are the real check; the record's
@@ -28,18 +28,18 @@ compared.
 
 from __future__ import annotations
 
-import argparse
-import hashlib
 import json
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
-from lme.errors import LmeError
+from lme import config_root
+from lme.errors import LmeError, first_line
+from lme.hashing import file_sha256, sha256_bytes, sha256_text
 
 FORMAT = 1
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -90,10 +90,6 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
-def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
 def sha256_json(value: Any) -> str:
     return sha256_text(canonical_json(value))
 
@@ -127,8 +123,7 @@ def resolved(cfg: Any) -> dict[str, Any]:
     try:
         return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
     except OmegaConfBaseException as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise LmeError(f"config: {first_line}") from None
+        raise LmeError(f"config: {first_line(exc)}") from None
 
 
 def design_sha256(cfg: Any) -> str:
@@ -183,17 +178,23 @@ def text_digests(design: Mapping[str, Any]) -> dict[str, str]:
 
 def code_version(package_dir: Path = PACKAGE_DIR, ignore: Sequence[Path | str] = ()) -> dict[str, Any]:
     """Git commit and dirty flag of the checkout holding `package_dir` (null outside git), and the
-    SHA-256 of every file under it (`__pycache__` and `.pyc` left out), configs included.
+    SHA-256 of every file under it (`__pycache__` and `.pyc` left out) and of every config under the
+    config root (`lme.config_root`). Configs are named as a wheel installs them, `lme/conf/...`, also
+    in a checkout, where they are in `conf/` at the top: a record frozen in a checkout verifies
+    against a wheel install of the same code.
 
     `ignore`: preregistration records (the one being frozen or verified). Neither the file nor the
     folder holding it (unless that folder is the checkout's top or holds the package) makes the tree
     dirty, so freezing a record into the repository does not by itself turn `verify`'s git state
     from clean to dirty."""
     root = package_dir.parent
-    files = {}
-    for path in sorted(package_dir.rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
-            files[path.relative_to(root).as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
+    trees = [(package_dir, PurePosixPath(package_dir.name))]
+    conf = config_root(package_dir)
+    if conf != package_dir / "conf":  # a checkout: conf/ at the top
+        trees.append((conf, PurePosixPath(package_dir.name, "conf")))
+    found = {name / path.relative_to(tree).as_posix(): path for tree, name in trees for path in tree.rglob("*")
+             if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"}
+    files = {key.as_posix(): sha256_bytes(found[key].read_bytes()) for key in sorted(found)}
 
     def git(*args: str) -> str | None:
         try:
@@ -218,14 +219,16 @@ def code_version(package_dir: Path = PACKAGE_DIR, ignore: Sequence[Path | str] =
 
 def _git_excludes(top: Path, package_dir: Path, ignore: Sequence[Path | str]) -> list[str]:
     """`git status` pathspecs leaving out each record in `ignore` and the folder holding it (unless
-    that folder is `top`, holds the package or is inside it), relative to the checkout's top."""
+    that folder is `top`, holds the package or the config root or is inside one), relative to the
+    checkout's top."""
     top = top.resolve()
-    package = package_dir.resolve()
+    owned = (package_dir.resolve(), config_root(package_dir).resolve())
     excluded: list[str] = []
     for item in ignore:
         path = Path(item).expanduser().resolve()
         for candidate in (path, path.parent):
-            if candidate == top or candidate == package or candidate in package.parents or package in candidate.parents:
+            if candidate == top or any(candidate == own or candidate in own.parents or own in candidate.parents
+                                       for own in owned):
                 continue
             try:
                 relative = candidate.relative_to(top).as_posix()
@@ -246,14 +249,6 @@ def package_versions(names: Sequence[str] = PACKAGES) -> dict[str, str | None]:
         except PackageNotFoundError:
             versions[name] = None
     return versions
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 # ---------------------------------------------------------------- the plan
@@ -646,97 +641,3 @@ def prereg_facts(record: Mapping[str, Any], runs: Iterable[Any]) -> PreregFacts:
         first_run_at=first,
         written_after_first_run=first is not None and frozen_at > first,
     )
-
-
-# ---------------------------------------------------------------- command line
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m lme prereg",
-        description="Freeze a composed design into a preregistration record, or verify the current config against "
-        "one. Other arguments are config overrides, as for a run (+design=pipeline setup=paper ...).",
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
-    freeze = commands.add_parser("freeze", help="write a record of the design the overrides compose")
-    freeze.add_argument("--out", type=Path, help="record file (default prereg/DESIGN_NAME.yaml)")
-    freeze.add_argument("--force", action="store_true", help="overwrite an existing record")
-    verify = commands.add_parser("verify", help="recompute a record and list every difference")
-    verify.add_argument("record", type=Path)
-    for command in (freeze, verify):
-        command.add_argument("--seeds", help=f"planned seeds, comma-separated (freeze default {format_seeds(DEFAULT_SEEDS)})")
-        command.add_argument("--primary", help=f"the primary measure (freeze default {DEFAULT_PRIMARY})")
-        command.add_argument("--compare", action="append", default=None, metavar="DESIGN:BASELINE",
-                             help="a planned paired comparison; repeat for several")
-    return parser
-
-
-def _plan(args: argparse.Namespace, base: Plan) -> Plan:
-    return Plan(
-        seeds=parse_seeds(args.seeds) if args.seeds is not None else base.seeds,
-        primary=args.primary if args.primary is not None else base.primary,
-        comparisons=tuple(parse_comparison(c) for c in args.compare) if args.compare is not None else base.comparisons,
-    )
-
-
-def record_for(overrides: Sequence[str], plan: Plan, **kwargs: Any) -> dict[str, Any]:
-    """Compose the config as a run would, load its questions and build the record."""
-    from lme.app import load_dataset
-    from lme.cli import compose_config
-
-    cfg = compose_config(list(overrides))
-    data_path, questions = load_dataset(cfg)
-    return build_record(cfg, data_path, [q.question_id for q in questions], plan, overrides=overrides, **kwargs)
-
-
-def freeze(overrides: Sequence[str], plan: Plan, out: Path | None, force: bool = False) -> tuple[Path, dict[str, Any]]:
-    record = record_for(overrides, plan, record_path=out)
-    path = out or Path("prereg") / f"{record['design_name']}.yaml"
-    if out is None:  # the default file is known only now: its folder must not count as a change either
-        record = {**record, "code": code_version(ignore=[path])}
-    record = seal({**record, "name": path.stem})
-    write_record(record, path, force=force)
-    return path, record
-
-
-def verify(path: Path, overrides: Sequence[str], plan_args: argparse.Namespace | None = None) -> list[Difference]:
-    stored = load_record(path)
-    plan = Plan.from_dict(stored.get("plan") or {})
-    if plan_args is not None:
-        plan = _plan(plan_args, plan)
-    used = list(overrides) if overrides else list(stored.get("overrides") or [])
-    fresh = record_for(used, plan, name=stored.get("name"), record_path=path)
-    return compare(stored, fresh)
-
-
-def main(argv: Sequence[str]) -> int:
-    from lme.cli import split_overrides
-
-    overrides, rest = split_overrides(argv)
-    args = _parser().parse_args(rest)
-    if args.command == "freeze":
-        path, record = freeze(overrides, _plan(args, Plan()), args.out, force=args.force)
-        code = record["code"]
-        dirty = " (dirty tree)" if code.get("git_dirty") else ""
-        git = str(code["git_commit"])[:12] + dirty if code.get("git_commit") else "not a git checkout"
-        print(f"froze design {record['design_name']} into {path}: record_sha256 {record['record_sha256']}")
-        print(f"  design_sha256 {record['design_sha256']}; {record['data']['n_questions']} questions of "
-              f"{record['data']['path']} (sha256 {record['data']['file_sha256'][:12]}); seeds "
-              f"{format_seeds(record['plan']['seeds'])}; primary {record['plan']['primary']}; "
-              f"code {code['source_sha256'][:12]}, git {git}")
-        return 0
-    differences = verify(args.record, overrides, args)
-    blocking = [d for d in differences if d.blocking]
-    if not blocking:
-        print("matches")
-    else:
-        print(f"{args.record}: {len(blocking)} blocking difference{'s' if len(blocking) != 1 else ''} "
-              "(key: frozen -> now):")
-        for difference in blocking:
-            print(f"  {difference.describe()}")
-    notes = [d for d in differences if not d.blocking]
-    if notes:
-        print("not blocking:")
-        for difference in notes:
-            print(f"  {difference.describe()}")
-    return 1 if blocking else 0

@@ -19,7 +19,6 @@ named in the report's notes.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import tempfile
 from collections import Counter, defaultdict
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from lme.errors import LmeError
+from lme.hashing import sha256_text
 from lme.report import DesignRuns, JobOutcomes
 from lme.tracking import TrackingSettings
 
@@ -76,7 +76,7 @@ class Questions:
     def digest(self) -> str:
         """One string for the key (the data digest and the sorted ids)."""
         ids = "-" if self.ids is None else "\n".join(sorted(self.ids))
-        return hashlib.sha256(f"{self.data_sha256 or '-'}\n{ids}".encode("utf-8")).hexdigest()
+        return sha256_text(f"{self.data_sha256 or '-'}\n{ids}")
 
     def describe(self) -> str:
         if self.ids is None:

@@ -35,13 +35,22 @@ from typing import Any
 from lme.answer.reader import Reader, build_reader_messages
 from lme.answer.rules import FIRST_PASS_VIEW, RuleStep
 from lme.data.records import Question
-from lme.judge import Judge, Verdict, sha256_text
+from lme.errors import LmeError
+from lme.hashing import sha256_text
+from lme.judge import Judge, Verdict
 from lme.memory.base import Memory, MemoryBuilder
 from lme.models.gateway import CallResult, Gateway
 from lme.models.ledger import BudgetExhausted
 from lme.models.pricing import INPUT
 
 FIRST_PASS = "first_pass"  # the step name of the first read
+
+# The format of an `outcomes.jsonl` row, written as its `"format"` key. Format 1 is the rows lme wrote
+# before the key existed: the same fields, no `format`. Readers accept `READABLE_JOURNAL_FORMATS` and refuse
+# any other format rather than misread it; a change to the row that an older reader would misread is a new
+# format (and the previous one stays readable).
+JOURNAL_FORMAT = 2
+READABLE_JOURNAL_FORMATS = (1, 2)
 
 
 @dataclass(frozen=True)
@@ -133,10 +142,17 @@ class Outcome:
         return self.answer is not None and self.judge_error is None
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), ensure_ascii=False, sort_keys=True)
+        """The journal row: the outcome's fields and `"format": JOURNAL_FORMAT`."""
+        return json.dumps({"format": JOURNAL_FORMAT, **asdict(self)}, ensure_ascii=False, sort_keys=True)
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> Outcome:
+    def from_dict(cls, raw: Mapping[str, Any], source: str | Path | None = None) -> Outcome:
+        """An outcome from a journal row of a readable format (`source`, the file, names it in the error).
+
+        Raises `LmeError` for a row of another format (a newer lme wrote it); the exceptions of a
+        malformed row (`TypeError`, `KeyError`, ...) otherwise."""
+        raw = dict(raw)
+        journal_format(raw.pop("format", 1), source)
         return cls(**{
             **raw,
             "reader": CallStats(**raw["reader"]),
@@ -145,12 +161,26 @@ class Outcome:
         })
 
 
+def journal_format(value: Any, source: str | Path | None = None) -> int:
+    """The format of a journal row (its `"format"` value; 1 when absent), or `LmeError` when this lme
+    cannot read it."""
+    if type(value) is int and value in READABLE_JOURNAL_FORMATS:
+        return value
+    where = f"{source}" if source is not None else "an outcomes.jsonl file"
+    raise LmeError(
+        f"{where} holds an outcome row of format {value!r}, which this version of lme cannot read (it reads "
+        f"formats {', '.join(map(str, READABLE_JOURNAL_FORMATS))}); use the lme version that wrote it."
+    )
+
+
 class Journal:
     """Append-only JSONL of outcomes; one line per completed question.
 
     `resume` prepares a journal for a rerun: a line cut by a kill mid-write (or otherwise unreadable) is
     dropped, and so are the outcomes that lack an answer or a verdict, so those questions run again; the
     file is rewritten (atomically) only when something was dropped, and is never appended onto a cut line.
+    A row of a format this lme cannot read (`READABLE_JOURNAL_FORMATS`) is never dropped: reading or
+    resuming the journal raises `LmeError` naming the file.
     """
 
     def __init__(self, path: str | Path) -> None:
@@ -169,7 +199,7 @@ class Journal:
             if not line.strip():
                 continue
             try:
-                outcome = Outcome.from_dict(json.loads(line))
+                outcome = Outcome.from_dict(json.loads(line), self.path)  # a row of an unknown format raises
             except (json.JSONDecodeError, TypeError, KeyError, ValueError, AttributeError):
                 broken += 1  # a line cut by a crash: that question runs again
                 continue

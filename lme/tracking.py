@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -31,6 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from lme.hashing import sha256_text
 
 PARENT_ENV = "LME_PARENT_RUN_ID"
 # lme's own path variables, read by the job's config (`${oc.env:...}`): forwarded to jobs in other processes.
@@ -84,7 +85,7 @@ def params_from_config(config: Mapping[str, Any]) -> dict[str, str]:
             raise secrets.refusal(name, found[0].kind)
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
         if len(text) > _MAX_PARAM_CHARS:
-            text = "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+            text = "sha256:" + sha256_text(text)
         params[name] = text
     return params
 
@@ -134,7 +135,7 @@ def _store_lock(settings: TrackingSettings):
     path = Path(uri.removeprefix("sqlite:///"))
     if uri.startswith("sqlite:////"):
         path = Path("/" + uri.removeprefix("sqlite:////"))
-    digest = hashlib.sha256(str(path.absolute()).encode("utf-8")).hexdigest()[:16]
+    digest = sha256_text(str(path.absolute()))[:16]
     with open(Path(tempfile.gettempdir()) / f"lme-mlflow-store-{digest}.lock", "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
@@ -186,10 +187,6 @@ class JobRun:
         items = [Metric(key, float(value), now, 0) for key, value in metrics.items() if value == value]
         for start in range(0, len(items), 500):
             self.client.log_batch(self.run_id, metrics=items[start : start + 500])
-
-    def set_tags(self, tags: Mapping[str, str]) -> None:
-        for key, value in tags.items():
-            self.client.set_tag(self.run_id, key, str(value))
 
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
         self.client.log_artifact(self.run_id, str(path), artifact_path)
@@ -249,7 +246,10 @@ def repair_orphans(settings: TrackingSettings, experiment_ids: list[str] | None 
 
 
 def read_outcome_rows(settings: TrackingSettings, run_id: str) -> list[dict[str, Any]] | None:
-    """The per-question outcomes a job logged, or None when it logged none."""
+    """The per-question outcomes a job logged (journal rows, `format` key included), or None when it logged
+    none; `LmeError` when a row is of a format this lme cannot read (`lme.run.READABLE_JOURNAL_FORMATS`)."""
+    from lme.run import journal_format
+
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     import mlflow
 
@@ -261,7 +261,10 @@ def read_outcome_rows(settings: TrackingSettings, run_id: str) -> list[dict[str,
         except Exception:
             return None
         lines = Path(local).read_text(encoding="utf-8").splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
+    rows = [json.loads(line) for line in lines if line.strip()]
+    for row in rows:
+        journal_format(row.get("format", 1), f"the {OUTCOMES_ARTIFACT} of MLflow run {run_id}")
+    return rows
 
 
 def across_seed_metrics(groups: Mapping[str, list[list[dict[str, Any]]]]) -> dict[str, float]:
@@ -378,9 +381,9 @@ class MultirunParent(_HydraCallback):
 
             self.prefetch = prefetch_dataset(config)
             if self.prefetch is not None:  # import litellm now, while the file decompresses on another core,
-                from lme.models.gateway import _import_litellm  # not on the event loop at the first call
+                from lme.models.litellm_loader import import_litellm  # not on the event loop at the first call
 
-                _import_litellm()
+                import_litellm()
         if self.settings.enabled:
             overrides = list(config.hydra.overrides.task)
             dataset = str(config.dataset.name) if not _sweeps(overrides, "dataset") else "datasets"

@@ -329,7 +329,9 @@ def orchestration_rows(questions: int, seeds: int, latency: float, concurrency: 
     data_path = Path(data_path)
     root = Path(tempfile.mkdtemp(prefix="lme-bench-orch-")) if work is None else work
     try:
-        limit = questions if questions < _count_questions(data_path) else None
+        from lme.data.stream import count_questions  # a cheap index pass
+
+        limit = questions if questions < count_questions(data_path) else None
         rows: list[dict[str, Any]] = []
         if latency > 0:
             run = run_study(data_path, limit, seeds, latency, concurrency, root / f"L{latency:g}", tracking)
@@ -340,13 +342,6 @@ def orchestration_rows(questions: int, seeds: int, latency: float, concurrency: 
     finally:
         if work is None:
             shutil.rmtree(root, ignore_errors=True)
-
-
-def _count_questions(data_path: Path) -> int:
-    """How many questions the file holds (a cheap index pass)."""
-    from lme.data.stream import scan_index
-
-    return len(list(scan_index(data_path)))
 
 
 def format_table(rows: Sequence[Mapping[str, Any]]) -> str:

@@ -10,7 +10,7 @@ import pytest
 
 from lme.cli import compose_config, split_overrides, unknown_command
 from lme.errors import LmeError
-from lme.__main__ import hoist_flags
+from lme.hydra_run import hoist_flags
 
 
 def test_help_lists_the_subcommands():

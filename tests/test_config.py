@@ -14,7 +14,7 @@ import lme.resolvers  # noqa: F401
 from lme.answer.reader import compose_instruction
 from lme.models.gateway import ModelSpec
 
-CONF = Path(lme.__file__).parent / "conf"
+CONF = lme.CONF_DIR
 GROUPS = sorted(p.name for p in CONF.iterdir() if p.is_dir() and p.name != "hydra")  # hydra/launcher: tests/test_launchers.py
 
 

@@ -29,7 +29,7 @@ from lme.models.offline import READER_MODEL
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "shared/data/longmemeval"
 TEMPLATES_FILE = DATA_DIR / "judge_templates.json"
-JUDGE_CONF = Path(lme.__file__).resolve().parent / "conf/judge/longmemeval.yaml"
+JUDGE_CONF = lme.CONF_DIR / "judge/longmemeval.yaml"
 KEY_ENV = "LME_TEST_KEY"
 
 needs_templates = pytest.mark.skipif(not TEMPLATES_FILE.exists(), reason=f"{TEMPLATES_FILE} is absent")

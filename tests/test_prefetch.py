@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -14,7 +13,7 @@ from lme import app
 from lme.errors import LmeError
 from lme.tracking import runs_jobs_here
 
-CONF = Path(lme.__file__).parent / "conf"
+CONF = lme.CONF_DIR
 
 
 def _compose(overrides: list[str]):

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
+from lme import CONF_DIR
 from lme.app import load_dataset
 from lme.cli import compose_config
 from lme.data.sample import SAMPLE_PATH
@@ -28,14 +29,13 @@ from lme.prereg import (
     code_version,
     compare,
     load_record,
-    main,
     prereg_facts,
     record_digest,
-    record_for,
     resolved,
     seal,
     write_record,
 )
+from lme.prereg_cli import main, record_for
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "longmemeval"
 TEMPLATES = SHARED / "judge_templates.json"
@@ -45,8 +45,10 @@ HAS_GIT = shutil.which("git") is not None
 
 
 def checkout(root: Path, commit: bool = True) -> Path:
-    """A copy of the lme package under `root`, committed to a fresh git repository (a clean tree)."""
+    """A copy of the lme package and its config root (`conf/` beside it, as in the repository) under
+    `root`, committed to a fresh git repository (a clean tree)."""
     shutil.copytree(PACKAGE_DIR, root / "lme", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(CONF_DIR, root / "conf")
     if commit:
         git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@example.org"]
         for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "snapshot"]):
@@ -233,7 +235,7 @@ def test_code_change_is_named_by_file_and_git_state_is_only_a_note(tmp_path):
         pytest.skip("git is not installed")
     package = checkout(tmp_path)
     stored = seal(record_of(FAST, code=code_version(package)))
-    conf = package / "conf" / "instructions" / "pipeline.yaml"
+    conf = package.parent / "conf" / "instructions" / "pipeline.yaml"
     conf.write_text(conf.read_text(encoding="utf-8").replace("loosely", "loose1y", 1), encoding="utf-8")
     differences = compare(stored, record_of(FAST, code=code_version(package)))
     blocking = [d.key for d in differences if d.blocking]
@@ -258,7 +260,7 @@ def test_a_record_and_its_folder_do_not_make_the_tree_dirty(tmp_path):
     at_top = tmp_path / "top.yaml"  # a record at the top: only the file itself is left out
     at_top.write_text("frozen\n", encoding="utf-8")
     assert code_version(package, ignore=[at_top, record])["git_dirty"] is False
-    inside = package / "conf" / "rec.yaml"  # never the package's own folders
+    inside = package.parent / "conf" / "rec.yaml"  # never the package's own folders, nor the config root
     inside.write_text("frozen\n", encoding="utf-8")
     assert code_version(package, ignore=[inside, at_top, record])["git_dirty"] is True
 
@@ -328,7 +330,7 @@ def test_one_character_edit_in_an_instruction_file_stops_the_run_before_any_call
     frozen = _lme("prereg", "freeze", "--out", "rec.yaml", *design, cwd=tmp_path, pythonpath=root)
     assert frozen.returncode == 0, frozen.stderr[-2000:]
     assert str(root) in load_record(tmp_path / "rec.yaml")["data"]["path"]  # the copy's sample file
-    conf = package / "conf" / "instructions" / "pipeline.yaml"
+    conf = package.parent / "conf" / "instructions" / "pipeline.yaml"
     conf.write_text(conf.read_text(encoding="utf-8").replace("loosely", "loose1y", 1), encoding="utf-8")
     run = _lme(*design, "+prereg=rec.yaml", "seed=1", cwd=tmp_path, pythonpath=root)
     assert run.returncode == 2

@@ -195,3 +195,50 @@ def test_the_failures_line_counts_calls_by_class_and_missing_answers():
                                       "2 answers missing, 1 verdict missing")
     assert failures_line({"reader_failed_calls": 0, "judge_failed_calls": 0, "missing_answers": 0}) == ""
     assert incomplete_note({"missing_answers": 0, "missing_verdicts": 0}) is None
+
+
+# --- the journal's row format --------------------------------------------------------
+
+
+def test_journal_rows_carry_the_format_and_rows_of_format_1_and_2_read(parts, tmp_path):
+    from lme.run import JOURNAL_FORMAT, Outcome
+
+    journal = Journal(tmp_path / "outcomes.jsonl")
+    outcomes, _ = _run(parts, journal)
+    rows = [json.loads(line) for line in journal.path.read_text().splitlines()]
+    assert JOURNAL_FORMAT == 2 and all(row["format"] == 2 for row in rows)
+    assert all(Outcome.from_dict(row) in outcomes for row in rows)
+    # format 1: today's rows less the key, as lme wrote them before it existed
+    journal.path.write_text("".join(json.dumps({k: v for k, v in row.items() if k != "format"}) + "\n" for row in rows))
+    kept, dropped = journal.resume()
+    assert sorted(kept) == sorted(o.question_id for o in outcomes) and dropped == {"broken": 0, "incomplete": 0}
+    assert {o.question_id: o for o in journal.read()} == {o.question_id: o for o in outcomes}
+    # a journal holding both formats reads whole too
+    mixed = [json.dumps(row) for row in rows[:4]] + [json.dumps({k: v for k, v in row.items() if k != "format"})
+                                                    for row in rows[4:]]
+    journal.path.write_text("\n".join(mixed) + "\n")
+    assert len(journal.read()) == len(outcomes)
+
+
+def test_a_row_of_an_unknown_format_is_refused_naming_the_file_and_never_dropped(parts, tmp_path):
+    from lme.errors import LmeError
+    from lme.run import Outcome
+
+    journal = Journal(tmp_path / "outcomes.jsonl")
+    _run(parts, journal)
+    lines = journal.path.read_text().splitlines()
+    future = {**json.loads(lines[0]), "format": 99}
+    text = "\n".join([json.dumps(future), *lines[1:]]) + "\n"
+    journal.path.write_text(text)
+    for read in (journal.read, journal.resume):
+        with pytest.raises(LmeError) as refused:
+            read()
+        message = str(refused.value)
+        assert str(journal.path) in message and "format 99" in message
+        assert "\n" not in message and message.endswith(".") and message.count(". ") == 0
+    assert journal.path.read_text() == text  # nothing dropped, nothing rewritten
+    with pytest.raises(LmeError, match="format 99"):
+        Outcome.from_dict(future)
+    for odd in ("2", None, True, 1.0, 3):
+        with pytest.raises(LmeError):
+            Outcome.from_dict({**future, "format": odd}, tmp_path / "x.jsonl")

@@ -23,7 +23,6 @@ checks each against `lme.judge.LONGMEMEVAL_TEMPLATE_SHA256`, and writes
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import re
@@ -39,7 +38,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from lme.data.judge_source import extract_templates, verify_templates
-from lme.errors import LmeError
+from lme.errors import LmeError, first_line
+from lme.hashing import file_sha256, sha256_text
 from lme.judge import LONGMEMEVAL_TEMPLATE_SHA256
 from lme.progress import BYTES, Progress, config_flag, enabled_as
 from lme.progress import progress as progress_display
@@ -104,14 +104,6 @@ class FetchResult:
 
 # ----------------------------------------------------------------------------------------------
 # digests and pins
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def project_pins() -> dict[str, str]:
@@ -206,11 +198,6 @@ def _http_status(exc: BaseException) -> int | None:
     return int(status) if isinstance(status, int) else None
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 # ----------------------------------------------------------------------------------------------
 # staging: a private folder in data_dir, removed whatever happens
 
@@ -275,7 +262,7 @@ def _probe(endpoint: str, repo_id: str, revision: str, filename: str) -> tuple[s
                 f"pass dataset.path=FILE."
             ) from None
         status = _http_status(exc)
-        raise LmeError(f"{url}: {'HTTP ' + str(status) if status else _first_line(exc)}.") from None
+        raise LmeError(f"{url}: {'HTTP ' + str(status) if status else first_line(exc)}.") from None
     if meta.commit_hash and meta.commit_hash != revision:
         raise LmeError(f"{url}: the hub answered for commit {meta.commit_hash}, not the pinned revision {revision}.")
     return meta.etag, meta.size
@@ -335,11 +322,11 @@ def _download(endpoint: str, repo_id: str, revision: str, filename: str, staging
         url = _resolve_url(endpoint, repo_id, revision, filename)
         if _is_network_error(exc):
             raise LmeError(
-                f"the download of {filename} from {endpoint} failed (network: {_first_line(exc)}); nothing was kept, "
+                f"the download of {filename} from {endpoint} failed (network: {first_line(exc)}); nothing was kept, "
                 f"try again or download it elsewhere and pass dataset.path=FILE."
             ) from None
         status = _http_status(exc)
-        reason = f"HTTP {status}" if status else _first_line(exc)
+        reason = f"HTTP {status}" if status else first_line(exc)
         raise LmeError(f"{url}: the download failed ({reason}); nothing was kept.") from None
     return Path(str(local))
 
@@ -379,7 +366,7 @@ def fetch_dataset(
     expected, source = expected_digest(file, data_dir, pins, repo_id, revision)
 
     if target.exists():
-        digest = sha256_file(target)
+        digest = file_sha256(target)
         if expected is None:
             raise LmeError(
                 f"{target} is present but lme has no pinned SHA-256 for it; delete it and fetch again with "
@@ -407,7 +394,7 @@ def fetch_dataset(
             enabled=progress is not False, bar=True if progress else None,
         ) as shown:
             staged = _download(endpoint, repo_id, revision, file.filename, staging, shown)
-        digest = sha256_file(staged)
+        digest = file_sha256(staged)
         recorded = False
         if expected is not None:
             if digest != expected:
@@ -488,7 +475,7 @@ def fetch_templates(
         except LmeError:
             pass  # stale or damaged: fetch again and replace it once the new one is verified
         else:
-            return FetchResult("templates", target, sha256_file(target), downloaded=False)
+            return FetchResult("templates", target, file_sha256(target), downloaded=False)
 
     url = templates_url(base_url, commit)
     source = _get_text(url, timeout_s)
@@ -499,13 +486,13 @@ def fetch_templates(
         "source": (f"LongMemEval {TEMPLATES_SOURCE_PATH} (xiaowu0162/LongMemEval, MIT License, Copyright (c) 2024 "
                    f"Di Wu), commit {commit}; template text unchanged"),
         "url": url,
-        "source_sha256": hashlib.sha256(source.encode("utf-8")).hexdigest(),
+        "source_sha256": sha256_text(source),
         "format": "each template is filled with str.format(question, answer, hypothesis)",
         "templates": templates,
         "sha256": digests,
     })
     load_templates(target, pins)  # the file we wrote reads back as the judge will read it
-    return FetchResult("templates", target, sha256_file(target), downloaded=True)
+    return FetchResult("templates", target, file_sha256(target), downloaded=True)
 
 
 # ----------------------------------------------------------------------------------------------

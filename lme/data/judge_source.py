@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from lme.errors import LmeError
-from lme.judge import TEMPLATE_KEYS, sha256_text, template_key
+from lme.hashing import sha256_text
+from lme.judge import TEMPLATE_KEYS, template_key
 
 TEMPLATES_FUNCTION = "get_anscheck_prompt"
 

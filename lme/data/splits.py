@@ -28,7 +28,6 @@ The committed lists were generated with seed 0 from the shared copy of
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from pathlib import Path
 
 from lme.data.records import ABSTENTION_MARK
 from lme.errors import LmeError
+from lme.hashing import sha256_text
 
 SPLIT_DIR: Path = Path(__file__).resolve().parent / "split_ids"
 SPLIT_NAMES: tuple[str, ...] = ("dev", "test")
@@ -77,7 +77,7 @@ def allocate(counts: Mapping[str, int], seats: int) -> dict[str, int]:
 
 
 def _rank(seed: int, question_id: str) -> str:
-    return hashlib.sha256(f"{seed}:{question_id}".encode()).hexdigest()
+    return sha256_text(f"{seed}:{question_id}")
 
 
 def make_split(questions: Iterable[tuple[str, str]], seed: int = SPLIT_SEED, dev_size: int = DEV_SIZE) -> Split:

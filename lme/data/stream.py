@@ -39,7 +39,7 @@ from typing import IO, Any
 
 import ijson
 
-from lme.data.load import check_data_file, parse_question
+from lme.data.parse import check_data_file, parse_question
 from lme.data.records import Question
 from lme.data.validate import (
     INT_RULE,
@@ -52,7 +52,7 @@ from lme.data.validate import (
     located,
     surrogate_problem,
 )
-from lme.errors import DataError
+from lme.errors import DataError, first_line
 
 # What `type(value).__name__` of `json.load`'s result would be, from ijson's first event.
 _TOP_LEVEL_TYPES: dict[str, str] = {
@@ -302,8 +302,7 @@ def _reason(exc: BaseException) -> str:
             text = ast.literal_eval(text).decode("utf-8", "replace")
         except (ValueError, SyntaxError, AttributeError):
             pass
-    first = text.strip().splitlines()[0].strip() if text.strip() else type(exc).__name__
-    return first.rstrip(".")
+    return first_line(text, fallback=type(exc).__name__).rstrip(".")
 
 
 def _first_bad_utf8(path: Path) -> str | None:

@@ -12,7 +12,6 @@ so a sweep over designs holds one design's memories at a time.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from lme.data.records import Question
+from lme.hashing import sha256_text
 from lme.memory.base import Memory, MemoryBuilder
 
 _STORE: dict[str, dict[str, Memory]] = {}  # digest -> question id -> memory
@@ -36,7 +36,7 @@ def file_identity(path: str | Path) -> list[Any]:
 def memory_digest(*parts: Any) -> str:
     """SHA-256 of the parts (plain config containers, file identities) as canonical JSON."""
     text = json.dumps(parts, sort_keys=True, ensure_ascii=False, default=str, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return sha256_text(text)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ machines do not share one file: each keeps its own cache on local disk and
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sqlite3
 import threading
@@ -25,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lme.hashing import sha256_text
 from lme.sqlite import connect
 
 _SCHEMA = """
@@ -45,7 +45,7 @@ def call_key(model: str, messages: list[dict[str, Any]], params: dict[str, Any],
         ensure_ascii=False,
         separators=(",", ":"),
     )
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    return sha256_text(canonical)
 
 
 def merge_caches(target: str | Path, sources: list[str | Path]) -> dict[str, int]:

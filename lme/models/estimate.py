@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lme.errors import LmeError
+from lme.errors import LmeError, first_line
 
 
 @dataclass(frozen=True)
@@ -80,10 +80,6 @@ def _dollars(prices: tuple[float, float] | None, input_tokens: int, output_token
     if prices is None:
         return None
     return input_tokens * prices[0] + output_tokens * prices[1]
-
-
-def _add(a: float | None, b: float | None) -> float | None:
-    return None if a is None or b is None else a + b
 
 
 def seed_estimate(
@@ -351,7 +347,7 @@ def expand_sweeps(overrides: Sequence[str]) -> list[list[str]]:
     try:
         parsed = OverridesParser.create().parse_overrides(list(overrides))
     except HydraException as exc:
-        raise LmeError(f"config overrides {' '.join(overrides)!r}: {str(exc).strip().splitlines()[0]}") from None
+        raise LmeError(f"config overrides {' '.join(overrides)!r}: {first_line(exc)}") from None
     batches = BasicSweeper.split_arguments(parsed, None)
     return [list(combo) for batch in batches for combo in batch] or [[]]
 

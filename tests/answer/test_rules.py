@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -14,7 +13,7 @@ from lme.app import compose_instructions
 from lme.errors import LmeError
 from lme.judge import sha256_text
 
-CONF = Path(lme.__file__).parent / "conf"
+CONF = lme.CONF_DIR
 VIEWS = ["first_pass", "whole_sessions"]
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import asdict, replace
-from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -26,7 +25,7 @@ from lme.retrieval.fts5 import FTS5Retriever
 from lme.run import CallStats, Outcome, answer_question
 from judging import OFFLINE_TEMPLATES
 
-CONF = Path(lme.__file__).parent / "conf"
+CONF = lme.CONF_DIR
 STEP_FIELDS = ["rule", "view", "instruction_sha256", "chosen", "reread", "failed", "error", "step_answer", "answer",
                "correct", "reader", "judge", "judge_error"]
 

@@ -33,7 +33,7 @@ MINI = DATA_DIR / "longmemeval_s_cleaned_mini.json.xz"
 needs_mini = pytest.mark.skipif(not MINI.exists(), reason=f"{MINI} is absent")
 VIEW_READY = (REPO / "lme/memory/sessions.py").exists() and (CONF_DIR / "view/whole_sessions.yaml").exists()
 needs_view = pytest.mark.skipif(
-    not VIEW_READY, reason="the whole-session view (lme/memory/sessions.py, lme/conf/view/whole_sessions.yaml) is absent"
+    not VIEW_READY, reason="the whole-session view (lme/memory/sessions.py, conf/view/whole_sessions.yaml) is absent"
 )
 USER_LOG_INTS = ("header_bytes", "user_log_bytes", "user_messages", "resolved_date_lines", "replies", "reply_bytes")
 

@@ -23,7 +23,7 @@ from lme.models.offline import (
 
 DATA_DIR = Path(__file__).resolve().parents[3] / "shared/data/longmemeval"
 REAL_TEMPLATES = DATA_DIR / "judge_templates.json"
-OFFLINE_CONF = Path(lme.__file__).resolve().parent / "conf/judge/offline.yaml"
+OFFLINE_CONF = lme.CONF_DIR / "judge/offline.yaml"
 
 MEMORY = "\n\n".join(
     [
