@@ -563,7 +563,7 @@ def run_arbiter(
 
 
 def after_multirun(cfg: DictConfig, parent: JobRun, settings: TrackingSettings) -> bool:
-    """The multirun parent's stages once its jobs have finished (called by `lme.tracking.MultirunParent`):
+    """The multirun parent's stages once its jobs have finished (called by `lme.multirun.MultirunParent`):
 
     - `steps.json`: per design, the per-step table of its runs (`lme.measures.step_table`);
     - when the design sets `arbiter` (+design=pipeline_arbiter), the arbiter over its runs, logged

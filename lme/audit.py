@@ -287,7 +287,7 @@ def find_hits(texts: Sequence[Text], questions: Iterable[Any]) -> list[Hit]:
 
 
 def shipped_designs() -> list[str]:
-    from lme.cli import CONF_DIR
+    from lme import CONF_DIR
 
     return sorted(path.stem for path in (CONF_DIR / "design").glob("*.yaml"))
 
@@ -304,7 +304,7 @@ def scan(overrides: Sequence[str], all_designs: bool) -> tuple[list[DesignScan],
     """Compose each design (the overrides' own, or every shipped one plus the default with --all-designs),
     load the questions its run selects, and find every hit; hits in a text several designs share are merged."""
     from lme.app import load_dataset
-    from lme.cli import compose_config
+    from lme.compose import compose_config
     from lme.prereg import resolved
 
     if all_designs:
@@ -386,7 +386,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str]) -> int:
-    from lme.cli import split_overrides
+    from lme.compose import split_overrides
 
     overrides, rest = split_overrides(argv)
     args = _parser().parse_args(rest)

@@ -12,9 +12,8 @@ import importlib
 import sys
 from collections.abc import Callable, Sequence
 
-from omegaconf import DictConfig
-
-from lme import CONF_DIR  # the config root (`lme.config_root` says where it is)
+from lme import CONF_DIR  # noqa: F401  (the config root; also imported from here)
+from lme.compose import compose_config, prereg_alias, split_overrides  # noqa: F401  (also imported from here)
 from lme.errors import EXIT_INCOMPLETE, EXIT_INTERRUPTED, LmeError
 
 # name -> (module, function taking argv, one-line description)
@@ -37,34 +36,6 @@ register("audit", "lme.audit", "main", "scan instruction, paragraph, rule and ex
 register("estimate", "lme.models.estimate", "main", "expected calls and dollars per design and seed, before any model call")
 register("runs", "lme.runs_cli", "main", "mark MLflow runs left RUNNING by a killed process as KILLED (runs repair)")
 register("cache", "lme.models.cache_cli", "main", "merge per-machine call caches into one (cache merge SOURCE... [--into FILE])")
-
-
-def compose_config(overrides: Sequence[str]) -> DictConfig:
-    """The config a run with these overrides would get (without Hydra's run-time keys)."""
-    import lme.resolvers  # noqa: F401
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            return compose(config_name="config", overrides=prereg_alias(overrides))
-    except (HydraException, OmegaConfBaseException) as exc:
-        from lme.hydra_run import config_error_message
-
-        raise LmeError(f"config overrides {' '.join(overrides)!r}: {config_error_message(exc)}") from None
-
-
-def prereg_alias(overrides: Sequence[str]) -> list[str]:
-    """`+prereg=FILE` -> `prereg=FILE`: `prereg` is a config key (null), which Hydra refuses to add again."""
-    return [arg[1:] if arg.startswith("+prereg=") else arg for arg in overrides]
-
-
-def split_overrides(argv: Sequence[str]) -> tuple[list[str], list[str]]:
-    """Separate Hydra overrides (`key=value`, `+key=value`, `~key`) from the other arguments."""
-    overrides = [arg for arg in argv if ("=" in arg or arg.startswith("~")) and not arg.startswith("-")]
-    rest = [arg for arg in argv if arg not in overrides]
-    return overrides, rest
 
 
 def _usage() -> str:

@@ -13,6 +13,7 @@ from hydra.errors import ConfigCompositionException, OverrideParseException
 from omegaconf import DictConfig
 
 import lme.resolvers  # noqa: F401
+from lme.compose import config_error_message
 from lme import CONF_DIR
 from lme.errors import LmeError
 
@@ -85,33 +86,3 @@ def config_errors_exit_2() -> Iterator[None]:
 def _exit_config_error(exc: BaseException) -> NoReturn:
     print(f"lme: error: {config_error_message(exc)}", file=sys.stderr, flush=True)
     sys.exit(2)
-
-
-
-def config_error_message(exc: BaseException) -> str:
-    """A Hydra composition error as lme prints it: Hydra's first line (and the first line of an
-    OmegaConf cause) as the sentence, then Hydra's own hints and list of valid options, one per line;
-    the config search path and the HYDRA_FULL_ERROR hint are left out."""
-    from omegaconf.errors import OmegaConfBaseException
-
-    lines = [line.rstrip() for line in str(exc).strip().splitlines()]
-    head = lines[0].strip() if lines else type(exc).__name__
-    override = getattr(exc, "override", None)  # OverrideParseException: the override that does not parse
-    if override and str(override) not in head:
-        head = f"override {override!r}: {head}"
-    if head.startswith("In 'config': "):  # the primary config: saying so adds nothing
-        head = head[len("In 'config': "):]
-    cause = exc.__cause__
-    if isinstance(cause, OmegaConfBaseException) and str(cause).strip():
-        reason = str(cause).strip().splitlines()[0].strip()
-        if reason and reason not in head:
-            head = f"{head.rstrip('.')}: {reason}"
-    rest: list[str] = []
-    for line in lines[1:]:
-        if line.strip().startswith("Config search path") or "HYDRA_FULL_ERROR" in line:
-            break
-        if line.strip():
-            rest.append(f"    {line.strip()}" if line.startswith(("\t", " ")) else f"  {line.strip()}")
-    if not rest and not head.endswith((".", "?", "!")):
-        head += "."
-    return "\n".join([head, *rest])

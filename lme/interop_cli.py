@@ -82,7 +82,7 @@ def _judge_words(run) -> str:
 
 
 def export_main(argv: Sequence[str]) -> int:
-    from lme.cli import split_overrides
+    from lme.compose import split_overrides
     from lme.report_cli import tracking_settings
 
     overrides, rest = split_overrides(argv)
@@ -120,7 +120,7 @@ def reference_types(path: Path) -> dict[str, str]:
 
 
 def import_main(argv: Sequence[str]) -> int:
-    from lme.cli import split_overrides
+    from lme.compose import split_overrides
 
     overrides, rest = split_overrides(argv)
     parser = _Parser(prog="python -m lme import-eval",

@@ -10,75 +10,19 @@ identical prompts share one verdict across seeds and designs.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from pathlib import Path
 
-from lme.data.records import ABSTENTION_MARK, Question
+from lme.data.records import Question
 from lme.errors import LmeError
+from lme.data.judge_templates import (  # the protocol's templates; importable from here as before
+    LONGMEMEVAL_TEMPLATE_SHA256,
+    TEMPLATE_KEYS,
+    load_templates,
+    template_key,
+)
 from lme.hashing import sha256_text  # also imported from here by callers and tests
 from lme.models.gateway import CallResult, Gateway, ModelSpec
-
-TEMPLATE_KEYS: tuple[str, ...] = (
-    "abstention",
-    "ssu_ssa_multisession",
-    "temporal_reasoning",
-    "knowledge_update",
-    "single_session_preference",
-)
-_KEY_BY_TYPE = {
-    "single-session-user": "ssu_ssa_multisession",
-    "single-session-assistant": "ssu_ssa_multisession",
-    "multi-session": "ssu_ssa_multisession",
-    "temporal-reasoning": "temporal_reasoning",
-    "knowledge-update": "knowledge_update",
-    "single-session-preference": "single_session_preference",
-}
-# SHA-256 of each template's text in LongMemEval's src/evaluation/evaluate_qa.py
-# at commit 9e0b455f4ef0e2ab8f2e582289761153549043fc.
-LONGMEMEVAL_TEMPLATE_SHA256: dict[str, str] = {
-    "abstention": "5c0b365a1e1d06db36377c735432b56e122ca3c428f89faf61d43a0d5a7e050b",
-    "ssu_ssa_multisession": "fba020ba3d57982efdc9a937c1c01f897b789a608c7f88e60244121f6505e5bc",
-    "temporal_reasoning": "8d33a5fdd83afeeb4592454a965eab43d1fcb2dedc042d1d3892f4254be6c273",
-    "knowledge_update": "183a9b3a6197ec620940f610cdc1207201ec98c1113dd633ea685cfc322fafac",
-    "single_session_preference": "741ee3bcbea7ff5e8ed359acef61d2f8ded3de021bbcff6ee13de455f2e2aa9b",
-}
-
-
-def template_key(question_id: str, question_type: str) -> str:
-    """Which template judges this question: abstention first, then by type."""
-    if ABSTENTION_MARK in question_id:
-        return "abstention"
-    try:
-        return _KEY_BY_TYPE[question_type]
-    except KeyError:
-        raise LmeError(f"question {question_id}: field question_type: no judge template for {question_type!r}.") from None
-
-
-def load_templates(path: str | Path, pinned: Mapping[str, str] = LONGMEMEVAL_TEMPLATE_SHA256) -> dict[str, str]:
-    """Read a templates file (`{"templates": {key: text}}`) and verify every template's SHA-256."""
-    path = Path(path)
-    if not path.exists():
-        raise LmeError(
-            f"{path}: judge templates file not found; fetch the LongMemEval templates or set judge.templates_path."
-        )
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise LmeError(f"{path}: judge templates file is not valid JSON ({exc}).") from None
-    templates = raw.get("templates") if isinstance(raw, dict) else None
-    if not isinstance(templates, dict):
-        raise LmeError(f"{path}: judge templates file has no 'templates' object.")
-    for key in TEMPLATE_KEYS:
-        text = templates.get(key)
-        if not isinstance(text, str):
-            raise LmeError(f"{path}: judge template {key!r} is missing.")
-        digest = sha256_text(text)
-        if key in pinned and digest != pinned[key]:
-            raise LmeError(f"{path}: judge template {key!r} has SHA-256 {digest}, expected {pinned[key]}.")
-    return {key: templates[key] for key in TEMPLATE_KEYS}
-
 
 def build_judge_prompt(templates: Mapping[str, str], question: Question, hypothesis: str) -> str:
     """The filled template for one answer."""
@@ -149,3 +93,9 @@ def make_judge(
     else:
         raise LmeError(f"judge {name}: set judge.templates_path or judge.templates.")
     return Judge(name=name, official=official, model=model, templates=loaded)
+
+
+__all__ = [
+    "LONGMEMEVAL_TEMPLATE_SHA256", "TEMPLATE_KEYS", "Judge", "Verdict", "build_judge_prompt", "load_templates",
+    "make_judge", "parse_verdict", "sha256_text", "template_key",
+]

@@ -57,7 +57,7 @@ def _plan(args: argparse.Namespace, base: Plan) -> Plan:
 def record_for(overrides: Sequence[str], plan: Plan, **kwargs: Any) -> dict[str, Any]:
     """Compose the config as a run would, load its questions and build the record."""
     from lme.app import load_dataset
-    from lme.cli import compose_config
+    from lme.compose import compose_config
 
     cfg = compose_config(list(overrides))
     data_path, questions = load_dataset(cfg)
@@ -85,7 +85,7 @@ def verify(path: Path, overrides: Sequence[str], plan_args: argparse.Namespace |
 
 
 def main(argv: Sequence[str]) -> int:
-    from lme.cli import split_overrides
+    from lme.compose import split_overrides
 
     overrides, rest = split_overrides(argv)
     args = _parser().parse_args(rest)

@@ -62,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
 def tracking_settings(overrides: Sequence[str]):
     from omegaconf import OmegaConf
 
-    from lme.cli import compose_config
+    from lme.compose import compose_config
     from lme.tracking import TrackingSettings
 
     cfg = compose_config(overrides)
@@ -120,7 +120,7 @@ def log_report_run(settings, report, files: Sequence[Path], names: Sequence[str]
 
 
 def main(argv: Sequence[str]) -> int:
-    from lme.cli import split_overrides
+    from lme.compose import split_overrides
     from lme.report import build_report, parse_pairs, render_markdown, report_json
     from lme.report_source import load_sources
 

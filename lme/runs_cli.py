@@ -19,7 +19,7 @@ USAGE = "usage: python -m lme runs repair [overrides, e.g. tracking.uri=sqlite:/
 def main(argv: Sequence[str]) -> int:
     from omegaconf import OmegaConf
 
-    from lme.cli import compose_config, split_overrides
+    from lme.compose import compose_config, split_overrides
     from lme.tracking import TrackingSettings, repair_orphans
 
     overrides, rest = split_overrides(argv)

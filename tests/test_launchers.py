@@ -244,7 +244,7 @@ def test_joblib_launcher_logging_to_a_tracking_server_gives_the_same_measures(tr
 def test_job_overrides_carry_the_parent_id_path_variables_and_an_absolute_sweep_dir_never_a_key():
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from lme.tracking import job_overrides
+    from lme.multirun import job_overrides
 
     environ = {"LME_CACHE_DIR": "/data/it's here\\", "LME_DATA_DIR": "/d a/t:a", "OPENAI_API_KEY": "sk-x", "LME_TEST_KEY": "sk-y"}
     overrides = job_overrides("0123abcd", "multirun/bm25/2026-12-02_10-00-00", environ)

@@ -11,7 +11,7 @@ import lme
 import lme.resolvers  # noqa: F401
 from lme import app
 from lme.errors import LmeError
-from lme.tracking import runs_jobs_here
+from lme.multirun import runs_jobs_here
 
 CONF = lme.CONF_DIR
 

@@ -89,7 +89,7 @@ def markdown_report(design: str, source: str, selection: Mapping[str, Sequence[s
 
 def main(argv: Sequence[str]) -> int:
     from lme.app import compose_instructions, load_dataset
-    from lme.cli import compose_config, split_overrides
+    from lme.compose import compose_config, split_overrides
 
     overrides, rest = split_overrides(argv)
     options = _parser().parse_args(rest)

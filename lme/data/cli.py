@@ -59,7 +59,7 @@ def main(argv: Sequence[str]) -> int:
 
 def stats_command(argv: Sequence[str]) -> int:
     from lme.app import load_dataset
-    from lme.cli import compose_config, split_overrides
+    from lme.compose import compose_config, split_overrides
     from lme.data.stats import dataset_stats, format_table, stats_json
 
     overrides, rest = split_overrides(argv)
@@ -77,7 +77,7 @@ def stats_command(argv: Sequence[str]) -> int:
 
 
 def split_command(argv: Sequence[str]) -> int:
-    from lme.cli import compose_config, split_overrides
+    from lme.compose import compose_config, split_overrides
     from lme.data.load import load_questions
     from lme.data.splits import (
         DEV_SIZE,

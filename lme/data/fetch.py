@@ -40,7 +40,7 @@ from typing import Any, NoReturn
 from lme.data.judge_source import extract_templates, verify_templates
 from lme.errors import LmeError, first_line
 from lme.hashing import file_sha256, sha256_text
-from lme.judge import LONGMEMEVAL_TEMPLATE_SHA256
+from lme.data.judge_templates import LONGMEMEVAL_TEMPLATE_SHA256
 from lme.progress import BYTES, Progress, config_flag, enabled_as
 from lme.progress import progress as progress_display
 
@@ -465,7 +465,7 @@ def fetch_templates(
     timeout_s: float = 30.0,
 ) -> FetchResult:
     """Download evaluate_qa.py, extract and verify the five templates, store `{data_dir}/judge_templates.json`."""
-    from lme.judge import load_templates
+    from lme.data.judge_templates import load_templates
 
     data_dir = Path(data_dir).expanduser()
     target = data_dir / TEMPLATES_FILENAME
@@ -567,7 +567,7 @@ def main(
     Raises `LmeError` (one sentence) on any refusal; the CLI prints it and exits 2.
     `dataset_pins` and `template_pins` replace lme's pins (tests only).
     """
-    from lme.cli import compose_config, split_overrides
+    from lme.compose import compose_config, split_overrides
 
     args = list(argv)
     if args[:1] == ["fetch"]:

@@ -16,7 +16,7 @@ from typing import Any
 
 from lme.errors import LmeError
 from lme.hashing import sha256_text
-from lme.judge import TEMPLATE_KEYS, template_key
+from lme.data.judge_templates import TEMPLATE_KEYS, template_key
 
 TEMPLATES_FUNCTION = "get_anscheck_prompt"
 

@@ -185,7 +185,7 @@ def view_overrides(overrides: Sequence[str], view: str) -> list[str]:
     holds the `view` group, `+view=NAME` when it does not; unchanged when the user selected one."""
     from omegaconf import OmegaConf
 
-    from lme.cli import CONF_DIR
+    from lme import CONF_DIR
 
     known = sorted(path.stem for path in (CONF_DIR / "view").glob("*.yaml"))
     if view not in known:
@@ -233,7 +233,7 @@ def _emit(text: str) -> None:
 
 
 def main(argv: Sequence[str]) -> int:
-    from lme.cli import compose_config, split_overrides
+    from lme.compose import compose_config, split_overrides
     from lme.progress import config_flag, enabled_as
 
     overrides, rest = split_overrides(argv)

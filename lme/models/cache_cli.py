@@ -17,7 +17,7 @@ USAGE = "usage: python -m lme cache merge SOURCE [SOURCE ...] [--into FILE] [ove
 
 
 def main(argv: Sequence[str]) -> int:
-    from lme.cli import compose_config, split_overrides
+    from lme.compose import compose_config, split_overrides
     from lme.models.cache import merge_caches
 
     overrides, rest = split_overrides(argv)

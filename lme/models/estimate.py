@@ -357,7 +357,7 @@ def _is_seed(override: str) -> bool:
 
 
 def main(argv: Sequence[str]) -> int:
-    from lme.cli import compose_config, split_overrides
+    from lme.compose import compose_config, split_overrides
 
     overrides, rest = split_overrides(argv)
     if any(arg in ("-h", "--help") for arg in rest):

@@ -164,7 +164,7 @@ def _log_to_mlflow(cfg: Any, container: Mapping[str, Any], data_path: Any, repor
 
 
 def main(argv: Sequence[str]) -> int:
-    from lme.cli import compose_config, split_overrides
+    from lme.compose import compose_config, split_overrides
     from lme.progress import config_flag, enabled_as
 
     overrides, rest = split_overrides(argv)
