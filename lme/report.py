@@ -3,7 +3,7 @@
 Pure: the inputs are `DesignRuns` (one design's jobs with their `outcomes.jsonl` rows, read from
 MLflow by `lme.report_source`); the output is a `Report`, rendered as Markdown
 (`render_markdown`) or as one JSON object (`report_json`). Plots are `lme.plots`; the command
-is `lme.report_cli`.
+is `lme.cli.report`.
 
 Conventions, stated in every report:
 - a missing or failed answer counts as wrong (LongMemEval's own scripts silently drop a

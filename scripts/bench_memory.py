@@ -9,7 +9,7 @@ Each row runs in a fresh Python process, so its peak RSS
 (VmHWM of that child, see `bench_common.child_peak_mib`) is its own. The
 questions are streamed (`lme.data.stream.iter_questions`, one history in
 memory at a time) and the components come from the composed config, built
-exactly as `python -m lme memory` builds them (`lme.memory.cli.build_components`):
+exactly as `python -m lme memory` builds them (`lme.cli.memory.build_components`):
 
 - `stream only`: reading and validating the file, no memory: the floor under
   the other rows;
@@ -99,7 +99,7 @@ def child(name: str, path: Path, limit: int | None) -> dict[str, object]:
         import rank_bm25  # noqa: F401  (imported before the clock, as the builders are)
     elif name != "stream":
         from lme.cli import compose_config
-        from lme.memory.cli import build_components
+        from lme.cli.memory import build_components
 
         cfg = compose_config([*ROWS[name][1], f"dataset.path={path}"])
         _, builder = build_components(cfg, None)

@@ -35,7 +35,7 @@ from lme.prereg import (
     seal,
     write_record,
 )
-from lme.prereg_cli import main, record_for
+from lme.cli.prereg import main, record_for
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "longmemeval"
 TEMPLATES = SHARED / "judge_templates.json"

@@ -290,8 +290,8 @@ def test_the_fetch_command_respects_progress_false(tmp_path, capsys, monkeypatch
 
 @pytest.mark.parametrize("command", ["memory", "retrieval"])
 def test_the_per_question_commands_report_questions_done(tmp_path, capsys, monkeypatch, command) -> None:
-    from lme.memory.cli import main as memory_main
-    from lme.retrieval.cli import main as retrieval_main
+    from lme.cli.memory import main as memory_main
+    from lme.cli.retrieval import main as retrieval_main
 
     monkeypatch.setenv(INTERVAL_ENV, "0")
     main = {"memory": memory_main, "retrieval": retrieval_main}[command]

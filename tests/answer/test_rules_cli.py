@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lme.answer.cli import main
+from lme.cli.rules import main
 from lme.errors import LmeError
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "longmemeval"

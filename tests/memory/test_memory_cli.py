@@ -17,7 +17,7 @@ from lme.answer.reader import reader_payload
 from lme.app import load_dataset
 from lme.cli import CONF_DIR, compose_config
 from lme.errors import LmeError
-from lme.memory.cli import (
+from lme.cli.memory import (
     MEMORY_FIELDS,
     VIEW_FIELDS,
     Field,

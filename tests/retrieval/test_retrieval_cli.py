@@ -15,7 +15,7 @@ from lme.data.load import load_questions
 from lme.data.records import Question
 from lme.data.sample import SAMPLE_PATH
 from lme.retrieval.base import Ranking
-from lme.retrieval.cli import main, markdown_tables, parse_ks
+from lme.cli.retrieval import main, markdown_tables, parse_ks
 from lme.retrieval.fts5 import FTS5Retriever
 from lme.retrieval.metrics import score_question, summarise
 

@@ -83,7 +83,7 @@ def _judge_words(run) -> str:
 
 def export_main(argv: Sequence[str]) -> int:
     from lme.compose import split_overrides
-    from lme.report_cli import tracking_settings
+    from lme.cli.report import tracking_settings
 
     overrides, rest = split_overrides(argv)
     parser = _Parser(prog="python -m lme export",
@@ -139,7 +139,7 @@ def import_main(argv: Sequence[str]) -> int:
     lme: dict[str, bool] | None = None
     run = None
     if args.run:
-        from lme.report_cli import tracking_settings
+        from lme.cli.report import tracking_settings
 
         run, rows = job_rows(tracking_settings(overrides), args.run)
         lme, types = lme_verdicts(rows)

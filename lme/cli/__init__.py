@@ -24,18 +24,18 @@ def register(name: str, module: str, function: str, description: str) -> None:
     SUBCOMMANDS[name] = (module, function, description)
 
 
-register("data", "lme.data.cli", "main", "fetch and verify datasets and judge templates; dataset statistics")
-register("retrieval", "lme.retrieval.cli", "main", "rank every question's turns and report recall@k / NDCG@k")
-register("memory", "lme.memory.cli", "main", "build the memory the reader would see (no model call): text, payload or figures")
-register("rules", "lme.answer.cli", "main", "list the questions each question-text re-read rule selects (no model call)")
-register("report", "lme.report_cli", "main", "design-vs-design tables, paired bootstrap intervals, re-read steps, cost, plots")
-register("export", "lme.interop_cli", "export_main", "write a job's answers as LongMemEval's hypothesis JSONL")
-register("import-eval", "lme.interop_cli", "import_main", "read an official .eval-results file; print the official summary lines")
-register("prereg", "lme.prereg_cli", "main", "freeze a composed design into a preregistration record; verify against it")
+register("data", "lme.cli.data", "main", "fetch and verify datasets and judge templates; dataset statistics")
+register("retrieval", "lme.cli.retrieval", "main", "rank every question's turns and report recall@k / NDCG@k")
+register("memory", "lme.cli.memory", "main", "build the memory the reader would see (no model call): text, payload or figures")
+register("rules", "lme.cli.rules", "main", "list the questions each question-text re-read rule selects (no model call)")
+register("report", "lme.cli.report", "main", "design-vs-design tables, paired bootstrap intervals, re-read steps, cost, plots")
+register("export", "lme.cli.interop", "export_main", "write a job's answers as LongMemEval's hypothesis JSONL")
+register("import-eval", "lme.cli.interop", "import_main", "read an official .eval-results file; print the official summary lines")
+register("prereg", "lme.cli.prereg", "main", "freeze a composed design into a preregistration record; verify against it")
 register("audit", "lme.audit", "main", "scan instruction, paragraph, rule and example texts for reference answers")
 register("estimate", "lme.models.estimate", "main", "expected calls and dollars per design and seed, before any model call")
-register("runs", "lme.runs_cli", "main", "mark MLflow runs left RUNNING by a killed process as KILLED (runs repair)")
-register("cache", "lme.models.cache_cli", "main", "merge per-machine call caches into one (cache merge SOURCE... [--into FILE])")
+register("runs", "lme.cli.runs", "main", "mark MLflow runs left RUNNING by a killed process as KILLED (runs repair)")
+register("cache", "lme.cli.cache", "main", "merge per-machine call caches into one (cache merge SOURCE... [--into FILE])")
 
 
 def _usage() -> str:
