@@ -34,10 +34,9 @@ from lme.models.ledger import (
     Budget,
     BudgetExhausted,
     Ledger,
-    budget_stop_message,
-    job_resume_command,
 )
 from lme.prereg import check_run
+from lme.resume import budget_stop_message, interrupted_message, systemic_stop_message
 from lme.run import FIRST_PASS, Journal, Outcome, error_class, run_questions
 from lme.tracking import OUTCOMES_ARTIFACT, PARENT_ENV, JobRun, TrackingSettings, note_stop, params_from_config
 
@@ -350,24 +349,29 @@ def _run_job(cfg: DictConfig) -> dict[str, float]:
                 tracker.log_text(text + "\n", f"instructions/{name}.txt")
             tracker.log_text("".join(f"{qid}\n" for qid in question_ids_of(questions)), "question_ids.txt")
 
-        bar = progress_bar(f"[{design} seed={seed}]", len(questions), "questions",
-                           initial=min(sum(1 for o in journal.read() if o.complete), len(questions)))
+        bars = []  # the job's progress, started once the journal says how many questions are already done
+
+        def on_resume(kept: int) -> None:
+            bars.append(progress_bar(f"[{design} seed={seed}]", len(questions), "questions",
+                                     initial=min(kept, len(questions))))
 
         def on_outcome(outcome: Outcome, done: int) -> None:
-            bar.update()
+            bars[0].update()
             if cfg.get("verbose"):
                 mark = "correct" if outcome.correct else "wrong"
-                bar.write(f"[{design} seed={seed}] {done}/{len(questions)} {outcome.question_id}: {mark}")
+                bars[0].write(f"[{design} seed={seed}] {done}/{len(questions)} {outcome.question_id}: {mark}")
 
         try:
             outcomes = asyncio.run(
                 run_questions(
                     questions, builder, reader, instruction, judge, gateway, seed, journal,
-                    concurrency=int(cfg.concurrency), on_outcome=on_outcome, rules=rules, views=views,
+                    concurrency=int(cfg.concurrency), on_outcome=on_outcome, on_resume=on_resume, rules=rules,
+                    views=views,
                 )
             )
         finally:
-            bar.close()
+            for bar in bars:
+                bar.close()
         types = {o.question_id: o.question_type for o in outcomes}
         correct = {o.question_id: o.correct for o in outcomes}
         abstention = {o.question_id for o in outcomes if o.abstention}
@@ -420,23 +424,6 @@ def incomplete_note(metrics: Mapping[str, float]) -> str | None:
     if unjudged:
         parts.append(f"{unjudged} verdict{'s' if unjudged != 1 else ''} missing")
     return ", ".join(parts) or None
-
-
-def systemic_stop_message(exc: SystemicFailure, journaled: int, total: int, run_dir: Path) -> str:
-    """What a job prints when a model call failed in a way no retry can fix."""
-    return (
-        f"lme: stopped: {exc.model} failed with {exc.error_class}: {exc.detail}\n"
-        f"lme: No retry can fix this, so no further call was sent. {journaled} of {total} questions are journaled "
-        f"in {run_dir / OUTCOMES_ARTIFACT}. Fix the model's name, key or parameters, then resume with: "
-        + job_resume_command(run_dir)
-    )
-
-
-def interrupted_message(journaled: int, total: int, run_dir: Path) -> str:
-    return (
-        f"lme: interrupted; {journaled} of {total} questions are journaled in {run_dir / OUTCOMES_ARTIFACT}. "
-        "To resume: " + job_resume_command(run_dir)
-    )
 
 
 def failure_counts(outcomes: list[Outcome]) -> dict[str, Counter[str]]:

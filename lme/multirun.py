@@ -86,18 +86,8 @@ class MultirunParent(_HydraCallback):
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
         from omegaconf import OmegaConf, read_write
 
-        from lme.config_check import validate_config
-        from lme.errors import EXIT_BAD_INPUT, LmeError
-
-        try:  # the sweep's common config, before the parent run exists (each job checks its own again)
-            validate_config(config)
-        except LmeError as exc:
-            import sys
-
-            print(f"lme: error: {exc}", file=sys.stderr, flush=True)
-            raise SystemExit(EXIT_BAD_INPUT) from None
-        tracking = OmegaConf.to_container(config.tracking, resolve=True)
-        self.settings = TrackingSettings(**tracking)  # type: ignore[arg-type]
+        node = OmegaConf.to_container(config.tracking, resolve=True)
+        self.settings = TrackingSettings(**node)  # type: ignore[arg-type]
         if runs_jobs_here(config):  # the jobs will load the data file in this process: start now
             from lme.app import prefetch_dataset
 

@@ -188,16 +188,18 @@ class Journal:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()  # appends come from worker threads: one whole line at a time
 
-    def _lines(self) -> tuple[list[Outcome], int]:
-        """(the readable outcomes, the number of unreadable lines); a later line for a question replaces an earlier."""
+    def _scan(self) -> tuple[list[Outcome], int, bool]:
+        """One read of the file: (the readable outcomes, a later line for a question replacing an earlier;
+        the number of unreadable lines; whether the file is already as a rewrite would leave it)."""
         if not self.path.exists():
-            return [], 0
+            return [], 0, True
         by_id: dict[str, Outcome] = {}
-        broken = 0
+        broken = lines = 0
         data = self.path.read_bytes()
         for line in data.decode("utf-8", errors="replace").split("\n"):
             if not line.strip():
                 continue
+            lines += 1
             try:
                 outcome = Outcome.from_dict(json.loads(line), self.path)  # a row of an unknown format raises
             except (json.JSONDecodeError, TypeError, KeyError, ValueError, AttributeError):
@@ -205,27 +207,22 @@ class Journal:
                 continue
             by_id.pop(outcome.question_id, None)
             by_id[outcome.question_id] = outcome
-        if data and not data.endswith(b"\n") and not broken:
-            broken = -1  # whole, but the newline is missing: the next append must not join it
-        return list(by_id.values()), broken
+        # a whole last line without its newline would be joined by the next append; a repeated id is redone
+        tidy = not broken and lines == len(by_id) and (not data or data.endswith(b"\n"))
+        return list(by_id.values()), broken, tidy
 
     def read(self) -> list[Outcome]:
-        return self._lines()[0]
+        return self._scan()[0]
 
     def resume(self) -> tuple[dict[str, Outcome], dict[str, int]]:
         """The outcomes a rerun keeps, by question id, and what was dropped: `{"broken": lines cut or
         unreadable, "incomplete": outcomes without an answer or a verdict}`."""
-        outcomes, broken = self._lines()
+        outcomes, broken, tidy = self._scan()
         kept = {o.question_id: o for o in outcomes if o.complete}
-        dropped = {"broken": max(0, broken), "incomplete": len(outcomes) - len(kept)}
-        if broken or dropped["incomplete"] or len(outcomes) != self._count_lines():
+        dropped = {"broken": broken, "incomplete": len(outcomes) - len(kept)}
+        if not tidy or dropped["incomplete"]:
             self._rewrite(list(kept.values()))
         return kept, dropped
-
-    def _count_lines(self) -> int:
-        if not self.path.exists():
-            return 0
-        return sum(1 for line in self.path.read_bytes().split(b"\n") if line.strip())
 
     def _rewrite(self, outcomes: list[Outcome]) -> None:
         tmp = self.path.with_name(self.path.name + ".tmp")
@@ -377,6 +374,7 @@ async def run_questions(
     journal: Journal,
     concurrency: int = 8,
     on_outcome: Callable[[Outcome, int], None] | None = None,
+    on_resume: Callable[[int], None] | None = None,
     rules: Sequence[RuleStep] = (),
     views: Mapping[str, MemoryBuilder] | None = None,
 ) -> list[Outcome]:
@@ -388,6 +386,8 @@ async def run_questions(
     questions are held at once, so memory grows with that, not with the file.
     """
     done, _ = journal.resume()  # what lacks an answer or a verdict, or was cut by a kill, runs again
+    if on_resume is not None:
+        on_resume(len(done))  # the outcomes kept from an earlier run, before any question starts
     order: list[str] = []
     slots = asyncio.Semaphore(max(1, concurrency))
     running: set[asyncio.Task[None]] = set()

@@ -374,21 +374,3 @@ def override_combinations(arguments: Sequence[str], every_value: bool = False) -
             combination[index] = f"{key}={value}"
             combinations.append(combination)
     return combinations[:MAX_COMPOSITIONS]
-
-
-def refuse_command_line_secrets(arguments: Sequence[str], compose: Callable[[Sequence[str]], Any] | None = None,
-                                ) -> None:
-    """Before Hydra starts (it writes the overrides and the composed config into the run directory before any
-    of lme's code runs): refuse a secret in the arguments, and, given `compose` (`lme.cli.compose_config`),
-    one in the config the run would compose (a design file or a user's config dir on `hydra.searchpath`).
-    A config that does not compose is left to Hydra, which reports it."""
-    refuse_secret_arguments(arguments)
-    if compose is None:
-        return
-    combinations = override_combinations(arguments)
-    for overrides in combinations or []:
-        try:
-            config = compose(overrides)
-        except Exception:  # Hydra says what is wrong with it
-            continue
-        refuse_secrets(config, where="the composed config")

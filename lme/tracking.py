@@ -124,9 +124,7 @@ def _store_lock(settings: TrackingSettings):
         return
     import fcntl
 
-    path = Path(uri.removeprefix("sqlite:///"))
-    if uri.startswith("sqlite:////"):
-        path = Path("/" + uri.removeprefix("sqlite:////"))
+    path = Path(uri.removeprefix("sqlite:///"))  # sqlite:////abs/path leaves /abs/path
     digest = sha256_text(str(path.absolute()))[:16]
     with open(Path(tempfile.gettempdir()) / f"lme-mlflow-store-{digest}.lock", "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)

@@ -24,7 +24,7 @@ from omegaconf import OmegaConf
 from lme import secrets
 from lme.cli import CONF_DIR, compose_config, main
 from lme.errors import LmeError
-from lme.models.ledger import resume_command
+from lme.resume import resume_command
 from lme.secrets import (
     find_secrets,
     holds_a_key,

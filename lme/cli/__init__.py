@@ -92,27 +92,27 @@ def run_subcommand(name: str, argv: Sequence[str]) -> int:
         return 2
 
 
-def refuse_secrets_before_hydra(args: Sequence[str]) -> None:
-    """A key anywhere in the arguments, or in the config a run would compose, stops here with one sentence
-    and exit 2: Hydra writes the overrides and the composed config into the run directory before lme's code
-    runs, so the check cannot wait for the run. Subcommands' arguments get the same check."""
-    from lme.secrets import refuse_command_line_secrets
+def refuse_secret_arguments_or_exit(args: Sequence[str]) -> None:
+    """A key anywhere in the arguments (a run's or a subcommand's) stops here with one sentence and exit 2,
+    before anything is written."""
+    from lme.secrets import refuse_secret_arguments
 
-    is_run = not args or (args[0] not in SUBCOMMANDS and args[0] not in ("help", "commands"))
     try:
-        refuse_command_line_secrets(args, compose_config if is_run else None)
+        refuse_secret_arguments(args)
     except LmeError as exc:
         print(f"lme: error: {exc}", file=sys.stderr, flush=True)
         sys.exit(2)
 
 
 def check_config_before_hydra(args: Sequence[str]) -> None:
-    """Every value of the config a run (or each job of a multirun, one sweep value at a time) would compose,
-    checked against its rule (`lme.config_check`) before Hydra starts: a bad value stops with one sentence
-    and exit 2 before any directory or MLflow run is created. A config that does not compose is left to
-    Hydra, which lists the valid options."""
+    """The config a run (or each job of a multirun, one sweep value at a time) would compose, checked before
+    Hydra starts, which writes the overrides and the composed config into the run directory before any of
+    lme's code runs: a key anywhere in it (a design file, a user's config dir on `hydra.searchpath`) and every
+    value against its rule (`lme.config_check`). Each combination is composed once for both checks. A bad
+    value stops with one sentence and exit 2 before any directory or MLflow run exists; a config that does
+    not compose is left to Hydra, which lists the valid options."""
     from lme.config_check import validate_config
-    from lme.secrets import override_combinations
+    from lme.secrets import override_combinations, refuse_secrets
 
     for overrides in override_combinations(args, every_value=True) or []:
         try:
@@ -120,6 +120,7 @@ def check_config_before_hydra(args: Sequence[str]) -> None:
         except LmeError:
             return
         try:
+            refuse_secrets(config, where="the composed config")
             validate_config(config)
         except LmeError as exc:
             print(f"lme: error: {exc}", file=sys.stderr, flush=True)
@@ -128,7 +129,7 @@ def check_config_before_hydra(args: Sequence[str]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
-    refuse_secrets_before_hydra(args)  # before anything is written
+    refuse_secret_arguments_or_exit(args)  # before anything is written
     if args and args[0] in SUBCOMMANDS:
         sys.exit(run_subcommand(args[0], args[1:]))
     if args and args[0] in HELP_WORDS:

@@ -103,7 +103,14 @@ class ReservationExceeded(BudgetExhausted):
 
 
 class MalformedReply(Exception):
-    """A provider's reply that cannot be read as a chat completion."""
+    """A provider's reply that cannot be read as a chat completion; `usage` holds the tokens it reported
+    (billed all the same; empty when it reported none) and `response` the reply itself, for its price."""
+
+    def __init__(self, reason: str, response: Any) -> None:
+        super().__init__(reason)
+        self.response = response
+        usage = _usage_numbers(getattr(response, "usage", None))
+        self.usage: dict[str, int] = usage if any(usage.values()) else {}
 
 
 def _chain(exc: BaseException) -> list[BaseException]:
@@ -452,10 +459,10 @@ class Gateway:
                     raise
                 except Exception as exc:
                     in_flight = False
-                    if isinstance(exc, MalformedReply) and getattr(exc, "usage", None):
-                        usage = exc.usage  # type: ignore[attr-defined]
+                    if isinstance(exc, MalformedReply) and exc.usage:
+                        usage = exc.usage
                         billed = {name: billed.get(name, 0) + usage.get(name, 0) for name in usage}
-                        billed_dollars += _price(spec, exc.response, usage) or 0.0  # type: ignore[attr-defined]
+                        billed_dollars += _price(spec, exc.response, usage) or 0.0
                     name = type(exc).__name__
                     detail = _redact(str(exc), kwargs.get("api_key"))
                     last_error = f"{name}: {detail}"[:500]
@@ -552,28 +559,20 @@ def _reply_text(response: Any) -> tuple[str, Any]:
     """(text, message) of a chat completion; `MalformedReply` when it has no choice or no content."""
     choices = getattr(response, "choices", None)
     if not choices:
-        raise _malformed("the reply has no choices", response)
+        raise MalformedReply("the reply has no choices", response)
     message = getattr(choices[0], "message", None)
     if message is None:
-        raise _malformed("the reply's first choice has no message", response)
+        raise MalformedReply("the reply's first choice has no message", response)
     text = getattr(message, "content", None)
     if text is None:
         if getattr(message, "refusal", None):
             return "", message
         if getattr(message, "tool_calls", None) or getattr(message, "function_call", None):
-            raise _malformed("the reply holds a tool call instead of text", response)
-        raise _malformed("the reply's content is null", response)
+            raise MalformedReply("the reply holds a tool call instead of text", response)
+        raise MalformedReply("the reply's content is null", response)
     if not isinstance(text, str):
-        raise _malformed(f"the reply's content is a {type(text).__name__}, not text", response)
+        raise MalformedReply(f"the reply's content is a {type(text).__name__}, not text", response)
     return text, message
-
-
-def _malformed(reason: str, response: Any) -> MalformedReply:
-    exc = MalformedReply(reason)
-    usage = _usage_numbers(getattr(response, "usage", None))
-    exc.usage = usage if any(usage.values()) else {}  # type: ignore[attr-defined]
-    exc.response = response  # type: ignore[attr-defined]
-    return exc
 
 
 INLINE_BOUND_CHARS = 4_000  # a prompt this short is counted on the event loop (well under a millisecond)

@@ -16,7 +16,7 @@ import pytest
 from loopback import LoopbackServer
 
 from lme.errors import LmeError
-from lme.models.ledger import resume_command
+from lme.resume import resume_command
 from lme.tracking import looks_like_a_key, params_from_config
 
 ROOT = Path(__file__).resolve().parents[2]
