@@ -3,7 +3,7 @@
     python -m lme audit [--all-designs] [--json] [overrides]
 
 The overrides are a run's (`+design=pipeline dataset.path=FILE split=test ...`);
-the questions are the ones that run would select (`lme.app.load_dataset`). No
+the questions are the ones that run would select (`lme.data.dataset.load_dataset`). No
 model is called. Exit status: 1 when any hit is not a common word, else 0.
 
 What is scanned (`config_texts`): every string under `instructions` and `rules`
@@ -40,12 +40,13 @@ digits are therefore always common (they fall under the length threshold).
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from lme.design import Design
 
 MIN_CHARS = 3
 _UNITS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
@@ -300,33 +301,31 @@ class DesignScan:
     abstention: int
 
 
-def scan(overrides: Sequence[str], all_designs: bool) -> tuple[list[DesignScan], list[Hit]]:
-    """Compose each design (the overrides' own, or every shipped one plus the default with --all-designs),
-    load the questions its run selects, and find every hit; hits in a text several designs share are merged."""
-    from lme.app import load_dataset
-    from lme.compose import compose_config
-    from lme.prereg import resolved
+def audit_runs(overrides: Sequence[str], all_designs: bool) -> list[tuple[str | None, list[str]]]:
+    """(label, overrides) of each design to scan: the overrides' own (label None: the design's name), or
+    every shipped design plus the default with --all-designs."""
+    if not all_designs:
+        return [(None, list(overrides))]
+    rest = [o for o in overrides if not o.lstrip("+").startswith("design=")]
+    return [("(no design)", rest)] + [(name, [f"+design={name}", *rest]) for name in shipped_designs()]
 
-    if all_designs:
-        rest = [o for o in overrides if not o.lstrip("+").startswith("design=")]
-        runs = [("(no design)", rest)] + [(name, [f"+design={name}", *rest]) for name in shipped_designs()]
-    else:
-        runs = [(None, list(overrides))]
+
+def scan(designs: Sequence[tuple[str | None, Design]]) -> tuple[list[DesignScan], list[Hit]]:
+    """Load the questions each design's run selects, and find every hit in its texts; hits in a text several
+    designs share are merged. A label None names the design by its `design_name`."""
+    from lme.data.dataset import load_dataset
+    from lme.design import plain
+
     loaded: dict[str, list[Any]] = {}
     scans: list[DesignScan] = []
     merged: dict[tuple[str, str, str], Hit] = {}
-    for label, design_overrides in runs:
-        cfg = compose_config(design_overrides)
-        name = label if label is not None else str(cfg.get("design_name"))
-        selection_key = json.dumps(
-            [str(cfg.dataset.path)] + [resolved(cfg).get(key) for key in ("split", "split_missing", "question_ids",
-                                                                          "question_types", "limit")],
-            default=str,
-        )
+    for label, design in designs:
+        name = label if label is not None else design.name
+        selection_key = json.dumps([str(design.dataset.path), asdict(design.dataset.selection)], default=str)
         if selection_key not in loaded:
-            loaded[selection_key] = load_dataset(cfg)[1]
+            loaded[selection_key] = list(load_dataset(design.dataset)[1])
         questions = loaded[selection_key]
-        texts = config_texts(resolved(cfg))
+        texts = config_texts(plain(design.config))
         scans.append(DesignScan(name, tuple(texts), len(questions), sum(1 for q in questions if q.is_abstention)))
         for hit in find_hits(texts, questions):
             text = next(t.text for t in texts if t.path == hit.path)
@@ -369,36 +368,3 @@ def summary_lines(scans: Sequence[DesignScan], hits: Sequence[Hit]) -> list[str]
     real = sum(1 for hit in hits if not hit.common)
     lines.append(f"{len(hits)} hits: {real} not common, {len(hits) - real} common.")
     return lines
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m lme audit",
-        description="Look for every selected question's reference answer in the instruction, paragraph, rule and "
-        "example texts of a design (no model call). Other arguments are config overrides, as for a run "
-        "(+design=pipeline dataset.path=FILE). Exits 1 when a hit is not a common word.",
-    )
-    parser.add_argument("--all-designs", action="store_true",
-                        help="audit the default config and every shipped design (conf/design/*.yaml); "
-                        "a +design= override is dropped, the others apply to each")
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
-    return parser
-
-
-def main(argv: Sequence[str]) -> int:
-    from lme.compose import split_overrides
-
-    overrides, rest = split_overrides(argv)
-    args = _parser().parse_args(rest)
-    scans, hits = scan(overrides, args.all_designs)
-    if args.json:
-        print(json.dumps({
-            "designs": [{"design": s.design, "texts": len(s.texts), "questions": s.questions,
-                         "abstention_skipped": s.abstention} for s in scans],
-            "hits": [asdict(hit) for hit in hits],
-        }, ensure_ascii=False, indent=2))
-    else:
-        for hit in hits:
-            print(format_hit(hit))
-        print("\n".join(summary_lines(scans, hits)))
-    return 1 if any(not hit.common for hit in hits) else 0

@@ -7,12 +7,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from omegaconf import DictConfig
 
 from lme import CONF_DIR
-from lme.errors import LmeError
+from lme.errors import LmeError, first_line
 
 
 def compose_config(overrides: Sequence[str]) -> DictConfig:
@@ -27,6 +27,40 @@ def compose_config(overrides: Sequence[str]) -> DictConfig:
             return compose(config_name="config", overrides=prereg_alias(overrides))
     except (HydraException, OmegaConfBaseException) as exc:
         raise LmeError(f"config overrides {' '.join(overrides)!r}: {config_error_message(exc)}") from None
+
+
+def expand_sweeps(overrides: Sequence[str]) -> list[list[str]]:
+    """`seed=1,2,3 +design=a,b` -> one override list per combination, in the order Hydra's basic sweeper runs
+    them (the product of every key's values, keys in first-seen order, a repeated key's last value winning)."""
+    import itertools
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except HydraException as exc:
+        raise LmeError(f"config overrides {' '.join(overrides)!r}: {first_line(exc)}") from None
+    values: dict[str, list[str]] = {}
+    for override in parsed:
+        key = override.get_key_element()
+        if not override.is_sweep_override():
+            values[key] = [f"{key}={override.get_value_element_as_str()}"]
+        elif override.is_discrete_sweep():
+            values[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
+        else:
+            raise LmeError(f"config override {key}: a {override.value_type.name if override.value_type else ''} "
+                           "sweep has no list of values to expand; give the values (seed=1,2,3 or range(1,4)).")
+    return [list(combo) for combo in itertools.product(*values.values())] or [[]]
+
+
+def in_defaults(group: str) -> bool:
+    """Whether the primary config's defaults list selects config group `group` (then `group=NAME` overrides
+    it; otherwise it is added with `+group=NAME`)."""
+    from omegaconf import OmegaConf
+
+    defaults = OmegaConf.load(CONF_DIR / "config.yaml").get("defaults") or []
+    return any(isinstance(entry, Mapping) and group in entry for entry in defaults)
 
 
 def prereg_alias(overrides: Sequence[str]) -> list[str]:

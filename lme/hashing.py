@@ -7,7 +7,9 @@ retrieval tool all hash through here, so the same input always gets the same dig
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
+from typing import Any
 
 _CHUNK = 1 << 20  # files are read 1 MiB at a time, never whole
 
@@ -29,3 +31,13 @@ def file_sha256(path: str | Path) -> str:
         for chunk in iter(lambda: handle.read(_CHUNK), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def canonical_json(value: Any) -> str:
+    """Sorted keys, no spaces, UTF-8 text: the form every digest of structured data is taken over."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def sha256_json(value: Any) -> str:
+    """SHA-256 (hex) of `value`'s canonical JSON."""
+    return sha256_text(canonical_json(value))

@@ -1,4 +1,5 @@
-"""The Hydra run: `python -m lme [overrides] [-m]` composes the config and runs `lme.app.run_job`, with
+"""The Hydra run: `python -m lme [overrides] [-m]` composes the config, turns it into a design
+(`lme.design.design_from_config`) and runs `lme.job.run_job`, with
 Hydra's composition errors reported as lme's own (one `lme: error:` line with the valid options, exit 2)."""
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ from lme.errors import LmeError
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> None:
-    from lme.app import run_job
+    from lme.design import design_from_config
+    from lme.job import run_job
 
     try:
-        run_job(cfg)
+        run_job(design_from_config(cfg))
     except LmeError as exc:
         print(f"lme: error: {exc}", file=sys.stderr, flush=True)
         sys.exit(2)

@@ -1,5 +1,5 @@
 """The multirun parent: a Hydra callback that opens a parent MLflow run around a sweep and, at its end,
-logs the across-seed measures and runs the parent's own stages (`lme.app.after_multirun`).
+logs the across-seed measures and runs the parent's own stages (`lme.parent.after_multirun`).
 
 Any Hydra launcher works (basic, joblib, Ray, submitit): `MultirunParent` creates the parent in the launching
 process and hands every job, through the job's own config, what a worker in another process or on another
@@ -15,6 +15,7 @@ import atexit
 import json
 import os
 import re
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -89,9 +90,10 @@ class MultirunParent(_HydraCallback):
         node = OmegaConf.to_container(config.tracking, resolve=True)
         self.settings = TrackingSettings(**node)  # type: ignore[arg-type]
         if runs_jobs_here(config):  # the jobs will load the data file in this process: start now
-            from lme.app import prefetch_dataset
+            from lme.data.dataset import prefetch_dataset
 
-            self.prefetch = prefetch_dataset(config)
+            design = _design(config)
+            self.prefetch = prefetch_dataset(design.dataset) if design is not None else None
             if self.prefetch is not None:  # import litellm now, while the file decompresses on another core,
                 from lme.models.litellm_loader import import_litellm  # not on the event loop at the first call
 
@@ -138,9 +140,10 @@ class MultirunParent(_HydraCallback):
             self.parent.log_text(json.dumps({"metrics": metrics, **summary}, indent=2, sort_keys=True), "across_runs.json")
             if metrics.get("n_failed_runs"):
                 status, failure = "FAILED", f"{int(metrics['n_failed_runs'])} job(s) failed or are incomplete"
-            from lme.app import after_multirun  # the parent's own stages: steps.json, the arbiter
+            from lme.parent import after_multirun  # the parent's own stages: steps.json, the arbiter
 
-            if not after_multirun(config, self.parent, self.settings):
+            design = _design(config)
+            if design is None or not after_multirun(design, self.parent, self.settings):
                 status, failure = "FAILED", failure or "a stage after the jobs failed"
             print(multirun_summary(metrics, summary, self.parent.run_id, self.settings), flush=True)
         finally:
@@ -149,6 +152,18 @@ class MultirunParent(_HydraCallback):
             self.parent.finish(status, failure)
             self.parent = None
             os.environ.pop(PARENT_ENV, None)
+
+
+def _design(config: Any) -> Any:
+    """The sweep's design (`lme.design`); None, after saying why, when it does not compose (its jobs say so too)."""
+    from lme.design import design_from_config
+    from lme.errors import LmeError
+
+    try:
+        return design_from_config(config, check=False)  # every sweep value was checked before Hydra started
+    except LmeError as exc:
+        print(f"lme: error: {exc}", file=sys.stderr, flush=True)
+        return None
 
 
 def _sweeps(overrides: list[str], *keys: str) -> bool:

@@ -5,7 +5,7 @@
     python -m lme prereg verify RECORD [--seeds ...] [--primary ...] [--compare ...] [overrides]
 
 `freeze` composes the config exactly as a run with the same overrides would
-(`lme.cli.compose_config`), loads the selected questions (`lme.app.load_dataset`)
+(`lme.design.compose_design`), loads the selected questions (`lme.questions.load_dataset`)
 and writes a YAML record (see `build_record` for its fields). `verify`
 recomputes the record from the overrides given (the record's own overrides when
 none are given) and prints `matches` or every difference. A run whose config
@@ -38,35 +38,13 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from lme import config_root
-from lme.errors import LmeError, first_line
-from lme.hashing import file_sha256, sha256_bytes, sha256_text
+from lme.design import RUN_ONLY_LEAVES, RUN_ONLY_PATHS, Design, canonical_design  # noqa: F401  (also imported from here)
+from lme.errors import LmeError
+from lme.hashing import canonical_json, file_sha256, sha256_bytes, sha256_json, sha256_text  # noqa: F401
 
 FORMAT = 1
 PACKAGE_DIR = Path(__file__).resolve().parent
 
-# Keys of the composed config that say how or where a run happens, not what it measures.
-# Dotted paths from the root:
-RUN_ONLY_PATHS: tuple[str, ...] = (
-    "seed",  # the plan's seeds are recorded instead; a run's seed must be one of them
-    "hydra",
-    "tracking",
-    "cache_dir",
-    "data_dir",
-    "verbose",
-    "concurrency",
-    "calls_in_flight",
-    "prereg",
-    "budget",  # spending caps and the ledger: how far a run may go, not what it measures
-    "dataset.path",  # the file's SHA-256 and the selected ids are recorded instead
-    "judge.templates_path",  # the templates' digests are recorded instead
-    "dataset.stream",  # how the file is read, not what is in it
-)
-# Key names that are run-only wherever they occur (model, retriever and view settings):
-RUN_ONLY_LEAVES: frozenset[str] = frozenset(
-    {"concurrency", "timeout_s", "max_attempts", "api_key_env", "cache_path", "index_dir", "device",
-     "batch_size", "progress", "requests_per_minute", "tokens_per_minute", "backoff_base_s", "backoff_max_s",
-     "retry_after_max_s", "unreachable_after_s"}
-)
 PACKAGES: tuple[str, ...] = ("lme", "litellm", "mlflow", "hydra-core", "sentence-transformers")
 # Differences under these keys are reported but do not stop a run.
 NOTE_KEYS: tuple[str, ...] = ("code.git_commit", "code.git_dirty", "data.path", "overrides", "packages.mlflow")
@@ -83,52 +61,6 @@ DEFAULT_SEEDS: tuple[int, ...] = (1, 2, 3)
 
 
 # ---------------------------------------------------------------- digests
-
-
-def canonical_json(value: Any) -> str:
-    """Sorted keys, no spaces, UTF-8 text: the form every digest here is taken over."""
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-
-
-def sha256_json(value: Any) -> str:
-    return sha256_text(canonical_json(value))
-
-
-def canonical_design(container: Mapping[str, Any]) -> dict[str, Any]:
-    """The resolved config minus the run-only keys (`RUN_ONLY_PATHS`, `RUN_ONLY_LEAVES`)."""
-
-    def strip(node: Any, prefix: str) -> Any:
-        if isinstance(node, Mapping):
-            kept = {}
-            for key, value in node.items():
-                path = f"{prefix}{key}"
-                if path in RUN_ONLY_PATHS or str(key) in RUN_ONLY_LEAVES:
-                    continue
-                kept[str(key)] = strip(value, path + ".")
-            return kept
-        if isinstance(node, (list, tuple)):
-            return [strip(item, prefix) for item in node]
-        return node
-
-    return strip(container, "")
-
-
-def resolved(cfg: Any) -> dict[str, Any]:
-    """The config as plain data, interpolations resolved; an unresolvable one is one sentence."""
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    import lme.resolvers  # noqa: F401
-
-    try:
-        return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
-    except OmegaConfBaseException as exc:
-        raise LmeError(f"config: {first_line(exc)}") from None
-
-
-def design_sha256(cfg: Any) -> str:
-    """SHA-256 of the canonical design of a composed config (tagged on every job run)."""
-    return sha256_json(canonical_design(resolved(cfg)))
 
 
 def text_digests(design: Mapping[str, Any]) -> dict[str, str]:
@@ -324,7 +256,7 @@ def parse_comparison(text: str) -> tuple[str, str]:
 
 
 def build_record(
-    cfg: Any,
+    design: Design,
     data_path: Path,
     question_ids: Sequence[str],
     plan: Plan,
@@ -335,42 +267,33 @@ def build_record(
     name: str | None = None,
     record_path: Path | str | None = None,
 ) -> dict[str, Any]:
-    """The record of a composed config (without `record_sha256`; `seal` adds it).
+    """The record of a composed design (without `record_sha256`; `seal` adds it).
 
     `code` defaults to `code_version()` (with `record_path`, the record's file and folder do not make
     the tree dirty); tests pass another checkout's."""
-    from lme.components import build
-    from lme.judge import make_judge
-    from omegaconf import OmegaConf
+    from lme.design import plain
 
-    container = resolved(cfg)
-    design = canonical_design(container)
-    judge_node = cfg.judge
-    judge = make_judge(
-        name=str(judge_node.name),
-        official=bool(judge_node.official),
-        model=build(judge_node.model, "judge.model", _convert_="all"),
-        templates_path=judge_node.get("templates_path"),
-        templates=OmegaConf.to_container(judge_node.templates) if judge_node.get("templates") else None,
-    )
+    judge = design.judge.build()  # reads and verifies its templates
+    container = plain(design.config)
+    canonical = canonical_design(container)
     created = (now or datetime.now(timezone.utc)).astimezone(timezone.utc).replace(microsecond=0)
     ids = [str(qid) for qid in question_ids]
     return {
         "lme_prereg": FORMAT,
         "name": name,
         "created": created.isoformat().replace("+00:00", "Z"),
-        "design_name": design.get("design_name"),
+        "design_name": canonical.get("design_name"),
         "overrides": list(overrides),
         "plan": plan.as_dict(),
-        "design_sha256": sha256_json(design),
-        "digests": text_digests(design),
+        "design_sha256": sha256_json(canonical),
+        "digests": text_digests(canonical),
         "judge_templates": dict(sorted(judge.digests.items())),
         "models": {
-            "reader": _model_summary(design.get("reader") or {}),
-            "judge": _model_summary(design.get("judge") or {}),
+            "reader": _model_summary(canonical.get("reader") or {}),
+            "judge": _model_summary(canonical.get("judge") or {}),
         },
         "data": {
-            "name": (design.get("dataset") or {}).get("name"),
+            "name": (canonical.get("dataset") or {}).get("name"),
             "path": str(data_path),
             "file_sha256": file_sha256(Path(data_path)),
             "n_questions": len(ids),
@@ -379,7 +302,7 @@ def build_record(
         },
         "code": dict(code) if code is not None else code_version(ignore=[record_path] if record_path else ()),
         "packages": package_versions(),
-        "design": design,
+        "design": canonical,
     }
 
 
@@ -573,19 +496,19 @@ def refusal(path: str | Path, differences: Sequence[Difference]) -> str:
 # ---------------------------------------------------------------- the run's check
 
 
-def check_run(cfg: Any, data_path: Path, questions: Sequence[Any]) -> dict[str, str]:
+def check_run(design: Design, data_path: Path, questions: Sequence[Any]) -> dict[str, str]:
     """Called by every job before any model call. Returns the MLflow tags (`lme.design_sha256`, and
-    `lme.prereg_sha256` when `cfg.prereg` names a record); raises `LmeError` on any blocking difference."""
-    tags = {"lme.design_sha256": design_sha256(cfg)}
-    record_path = cfg.get("prereg")
+    `lme.prereg_sha256` when the design names a prereg record); raises `LmeError` on any blocking difference."""
+    tags = {"lme.design_sha256": design.config_sha256}
+    record_path = design.prereg
     if not record_path:
         return tags
     stored = load_record(record_path)
     plan = Plan.from_dict(stored.get("plan") or {})
-    fresh = build_record(cfg, data_path, [q.question_id for q in questions], plan,
+    fresh = build_record(design, data_path, [q.question_id for q in questions], plan,
                          overrides=stored.get("overrides") or [], name=stored.get("name"), record_path=record_path)
     differences = compare(stored, fresh)
-    seed = seed_difference(int(cfg.seed), stored.get("plan") or {})
+    seed = seed_difference(design.seed, stored.get("plan") or {})
     if seed is not None:
         differences = sorted([*differences, seed], key=lambda d: (not d.blocking, _order_key(d.key)))
     if any(d.blocking for d in differences):

@@ -7,19 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lme.design import Launch
 from lme.models.gateway import SystemicFailure
 from lme.models.ledger import BudgetExhausted
 from lme.tracking import OUTCOMES_ARTIFACT
-
-
-def current_overrides() -> list[str]:
-    """The command-line overrides of the running Hydra job ([] outside Hydra)."""
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        return [str(item) for item in HydraConfig.get().overrides.task]
-    except (ImportError, ValueError):
-        return []
 
 
 def resume_command(overrides: list[str], run_dir: str | Path) -> str:
@@ -36,55 +27,46 @@ def resume_command(overrides: list[str], run_dir: str | Path) -> str:
     return "python -m lme " + " ".join(shlex.quote(item) for item in [*kept, f"hydra.run.dir={run_dir}"])
 
 
-def job_resume_command(run_dir: str | Path) -> str:
+def job_resume_command(run_dir: str | Path, launch: Launch) -> str:
     """How to continue the running job: its own command and run directory; in a multirun launched by this
     process (Hydra's basic launcher), the sweep's command with its sweep directory, which resumes every job."""
     import shlex
-    import sys
 
-    try:
-        from hydra.core.hydra_config import HydraConfig
-        from hydra.types import RunMode
+    if launch.sweep_dir is not None:
+        from lme.secrets import keep_argument
 
-        hydra = HydraConfig.get()
-        argv = sys.argv[1:]
-        if hydra.mode == RunMode.MULTIRUN and any(flag in argv for flag in ("-m", "--multirun")):
-            from lme.secrets import keep_argument
-
-            kept = [
-                item for item in argv
-                if item not in ("-m", "--multirun") and not item.lstrip("+~").startswith("hydra.sweep.dir=")
-                and keep_argument(item)
-            ]
-            sweep = Path(str(hydra.sweep.dir)).absolute()
-            return "python -m lme -m " + " ".join(shlex.quote(item) for item in [*kept, f"hydra.sweep.dir={sweep}"])
-    except (ImportError, ValueError):
-        pass
-    return resume_command(current_overrides(), run_dir)
+        kept = [
+            item for item in launch.argv
+            if item not in ("-m", "--multirun") and not item.lstrip("+~").startswith("hydra.sweep.dir=")
+            and keep_argument(item)
+        ]
+        return "python -m lme -m " + " ".join(shlex.quote(item) for item in [*kept, f"hydra.sweep.dir={launch.sweep_dir}"])
+    return resume_command(list(launch.overrides), run_dir)
 
 
-def budget_stop_message(reason: BudgetExhausted, journaled: int, total: int, run_dir: str | Path) -> str:
+def budget_stop_message(reason: BudgetExhausted, journaled: int, total: int, run_dir: str | Path,
+                        launch: Launch) -> str:
     """What a job prints when it stops at a cap: why, what it kept, and how to resume."""
     return (
         f"lme: stopped at a spending cap: {reason} {journaled} of {total} questions are journaled in "
         f"{Path(run_dir) / 'outcomes.jsonl'}; calls already paid are in the call cache.\n"
         "lme: To resume, raise or clear the cap (e.g. budget.study_dollars=null) and run: "
-        + job_resume_command(run_dir)
+        + job_resume_command(run_dir, launch)
     )
 
 
-def systemic_stop_message(exc: SystemicFailure, journaled: int, total: int, run_dir: Path) -> str:
+def systemic_stop_message(exc: SystemicFailure, journaled: int, total: int, run_dir: Path, launch: Launch) -> str:
     """What a job prints when a model call failed in a way no retry can fix."""
     return (
         f"lme: stopped: {exc.model} failed with {exc.error_class}: {exc.detail}\n"
         f"lme: No retry can fix this, so no further call was sent. {journaled} of {total} questions are journaled "
         f"in {run_dir / OUTCOMES_ARTIFACT}. Fix the model's name, key or parameters, then resume with: "
-        + job_resume_command(run_dir)
+        + job_resume_command(run_dir, launch)
     )
 
 
-def interrupted_message(journaled: int, total: int, run_dir: Path) -> str:
+def interrupted_message(journaled: int, total: int, run_dir: Path, launch: Launch) -> str:
     return (
         f"lme: interrupted; {journaled} of {total} questions are journaled in {run_dir / OUTCOMES_ARTIFACT}. "
-        "To resume: " + job_resume_command(run_dir)
+        "To resume: " + job_resume_command(run_dir, launch)
     )

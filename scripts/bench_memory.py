@@ -98,12 +98,12 @@ def child(name: str, path: Path, limit: int | None) -> dict[str, object]:
     if name.startswith("rank_bm25"):
         import rank_bm25  # noqa: F401  (imported before the clock, as the builders are)
     elif name != "stream":
-        from lme.cli import compose_config
         from lme.cli.memory import build_components
+        from lme.design import compose_design
 
-        cfg = compose_config([*ROWS[name][1], f"dataset.path={path}"])
-        _, builder = build_components(cfg, None)
-        max_bytes = int(cfg.memory.max_bytes)
+        design = compose_design([*ROWS[name][1], f"dataset.path={path}"])
+        _, builder = build_components(design, None)
+        max_bytes = int(design.memory.node["max_bytes"])
     setup_seconds = time.perf_counter() - started  # imports and config, before the first question
     build_seconds = 0.0
     sizes: list[int] = []

@@ -120,7 +120,7 @@ def log_study(settings: Any, design: str, runs: list[list[dict[str, Any]]], tmp:
     """Log a design's runs to a real MLflow store as lme does: a parent (lme.role=parent) and one
     job per run (lme.role=job, lme.design, lme.seed, lme.judge, lme.judge_official) with its
     outcomes.jsonl artifact; with `questions`, each job also logs them as `question_ids.txt`, and
-    `data_sha256` / `dataset` as the params `dataset.sha256` / `dataset.name`, as `lme.app.run_job`
+    `data_sha256` / `dataset` as the params `dataset.sha256` / `dataset.name`, as `lme.job.run_job`
     does. Returns (parent id, job ids)."""
     import json
     import time

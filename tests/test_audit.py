@@ -14,10 +14,10 @@ from lme.audit import (
     common_reason,
     config_texts,
     find_hits,
-    main,
     number_to_words,
     shipped_designs,
 )
+from lme.cli.audit import main
 from lme.data.load import load_questions
 from lme.data.records import Question
 from lme.data.sample import SAMPLE_PATH

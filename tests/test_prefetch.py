@@ -9,7 +9,8 @@ from omegaconf import read_write
 
 import lme
 import lme.resolvers  # noqa: F401
-from lme import app
+from lme.data import dataset
+from lme.design import design_from_config, sweeps_dataset
 from lme.errors import LmeError
 from lme.multirun import runs_jobs_here
 
@@ -23,29 +24,29 @@ def _compose(overrides: list[str]):
 
 @pytest.fixture(autouse=True)
 def nothing_loaded():
-    app._LOADED.clear()
+    dataset._LOADED.clear()
     yield
-    app._LOADED.clear()
+    dataset._LOADED.clear()
 
 
 def test_the_prefetched_file_is_the_one_the_job_gets():
     cfg = _compose(["+design=bm25"])
-    thread = app.prefetch_dataset(cfg)
+    thread = dataset.prefetch_dataset(design_from_config(cfg, check=False).dataset)
     assert thread is not None
     thread.join(timeout=60)
-    assert len(app._LOADED) == 1
-    held = next(iter(app._LOADED.values()))
-    path, questions = app.load_dataset(cfg)
+    assert len(dataset._LOADED) == 1
+    held = next(iter(dataset._LOADED.values()))
+    path, questions = dataset.load_dataset(design_from_config(cfg, check=False).dataset)
     assert questions and questions[0] is held[0]  # the job's load waited for the prefetch, it did not read again
     assert {q.question_id for q in questions} <= {q.question_id for q in held}
 
 
 def test_a_job_started_during_the_prefetch_waits_for_it_and_loads_once():
     cfg = _compose(["+design=bm25"])
-    thread = app.prefetch_dataset(cfg)
-    _, questions = app.load_dataset(cfg)  # at once: the prefetch is most likely still loading
+    thread = dataset.prefetch_dataset(design_from_config(cfg, check=False).dataset)
+    _, questions = dataset.load_dataset(design_from_config(cfg, check=False).dataset)  # at once: the prefetch is most likely still loading
     thread.join(timeout=60)
-    (held,) = app._LOADED.values()
+    (held,) = dataset._LOADED.values()
     assert questions[0] is held[0]  # one load: a second would have left other objects behind
 
 
@@ -53,23 +54,24 @@ def test_a_bad_file_is_reported_by_the_job_not_the_prefetch(tmp_path):
     bad = tmp_path / "broken.json"
     bad.write_text('[{"question_id": ', encoding="utf-8")
     cfg = _compose(["+design=bm25", f"dataset.path={bad}"])
-    thread = app.prefetch_dataset(cfg)
+    thread = dataset.prefetch_dataset(design_from_config(cfg, check=False).dataset)
     thread.join(timeout=60)  # fails quietly
-    assert app._LOADED == {}
+    assert dataset._LOADED == {}
     with pytest.raises(LmeError, match="broken.json"):
-        app.load_dataset(cfg)
+        dataset.load_dataset(design_from_config(cfg, check=False).dataset)
 
 
 def test_no_prefetch_for_a_streamed_file_a_missing_file_or_a_sweep_over_data(tmp_path):
-    assert app.prefetch_dataset(_compose(["+design=bm25", "dataset.stream=true"])) is None
-    assert app.prefetch_dataset(_compose(["+design=bm25", f"dataset.path={tmp_path / 'absent.json'}"])) is None
+    assert dataset.prefetch_dataset(design_from_config(_compose(["+design=bm25", "dataset.stream=true"])).dataset) is None
+    assert dataset.prefetch_dataset(
+        design_from_config(_compose(["+design=bm25", f"dataset.path={tmp_path / 'absent.json'}"]), check=False).dataset) is None
     for sweep, over_data in ((["dataset=sample,oracle"], True), (["dataset.path=a.json,b.json"], True),
                              (["+design=bm25", "seed=1,2,3"], False), (["dataset=oracle", "seed=range(1,4)"], False)):
         cfg = _compose(["+design=bm25"])
         with read_write(cfg.hydra.overrides):  # what on_multirun_start sees: the sweep's overrides as typed
             cfg.hydra.overrides.task = sweep
-        assert app.sweeps_dataset(cfg) is over_data, sweep
-        thread = app.prefetch_dataset(cfg)
+        assert sweeps_dataset(cfg) is over_data, sweep
+        thread = dataset.prefetch_dataset(design_from_config(cfg, check=False).dataset)
         assert (thread is None) is over_data
         if thread is not None:
             thread.join(timeout=60)

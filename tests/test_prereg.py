@@ -16,9 +16,10 @@ import pytest
 from omegaconf import OmegaConf
 
 from lme import CONF_DIR
-from lme.app import load_dataset
+from design_helpers import load_dataset
 from lme.cli import compose_config
 from lme.data.sample import SAMPLE_PATH
+from lme.design import design_from_config, resolved
 from lme.errors import LmeError
 from lme.prereg import (
     PACKAGE_DIR,
@@ -31,7 +32,6 @@ from lme.prereg import (
     load_record,
     prereg_facts,
     record_digest,
-    resolved,
     seal,
     write_record,
 )
@@ -65,7 +65,7 @@ def clean_code(tmp_path_factory) -> dict[str, Any]:
 def record_of(overrides: list[str], plan: Plan = Plan(), code: dict[str, Any] | None = None, cfg=None) -> dict:
     cfg = cfg if cfg is not None else compose_config(overrides)
     data_path, questions = load_dataset(cfg)
-    return build_record(cfg, data_path, [q.question_id for q in questions], plan, overrides=overrides, code=code)
+    return build_record(design_from_config(cfg, check=False), data_path, [q.question_id for q in questions], plan, overrides=overrides, code=code)
 
 
 # ---------------------------------------------------------------- round trip
@@ -161,7 +161,7 @@ def test_any_single_design_value_change_is_named(clean_code):
     cfg = compose_config(RICH)
     data_path, questions = load_dataset(cfg)
     ids = [q.question_id for q in questions]
-    stored = seal(build_record(cfg, data_path, ids, Plan(), code=clean_code))
+    stored = seal(build_record(design_from_config(cfg, check=False), data_path, ids, Plan(), code=clean_code))
     container = resolved(cfg)
     keys_by_str = {}  # canonical (string) key path -> the container's own keys (YAML may give non-str keys)
     for path, _ in _leaves(container):
@@ -173,7 +173,7 @@ def test_any_single_design_value_change_is_named(clean_code):
         real = resolved(cfg)  # a fresh copy of the config
         _set(real, keys_by_str[path], _mutate(value, rng))
         try:
-            fresh = build_record(OmegaConf.create(real), data_path, ids, Plan(), code=clean_code)
+            fresh = build_record(design_from_config(OmegaConf.create(real), check=False), data_path, ids, Plan(), code=clean_code)
         except LmeError:
             refused += 1
             continue
@@ -182,7 +182,8 @@ def test_any_single_design_value_change_is_named(clean_code):
         assert key in [d.key for d in differences], (key, [d.key for d in differences])
         assert all(d.blocking for d in differences)
         named += 1
-    assert named > 60 and refused < 5, (named, refused)
+    # a rule naming no view, a trigger on no field, a bad selection: the design cannot be built, so it is refused
+    assert named > 60 and refused < 15, (named, refused)
 
 
 def test_data_file_change_is_named(tmp_path, clean_code):
@@ -235,12 +236,12 @@ def test_code_change_is_named_by_file_and_git_state_is_only_a_note(tmp_path):
         pytest.skip("git is not installed")
     package = checkout(tmp_path)
     stored = seal(record_of(FAST, code=code_version(package)))
-    conf = package.parent / "conf" / "instructions" / "pipeline.yaml"
+    conf = package.parent / "conf" / "instructions" / "pipeline" / "calibration.txt"
     conf.write_text(conf.read_text(encoding="utf-8").replace("loosely", "loose1y", 1), encoding="utf-8")
     differences = compare(stored, record_of(FAST, code=code_version(package)))
     blocking = [d.key for d in differences if d.blocking]
     notes = [d.key for d in differences if not d.blocking]
-    assert blocking == ["code.files.lme/conf/instructions/pipeline.yaml"]
+    assert blocking == ["code.files.lme/conf/instructions/pipeline/calibration.txt"]
     assert notes == ["code.git_dirty"]
 
 
@@ -300,16 +301,16 @@ def test_check_run_tags_refuses_and_names_the_first_difference(tmp_path, capsys)
     assert main(["freeze", "--out", str(rec), *FAST]) == 0
     record = load_record(rec)
     cfg = compose_config([*FAST, f"prereg={rec}", "seed=2"])
-    tags = check_run(cfg, *load_dataset(cfg))
+    tags = check_run(design_from_config(cfg, check=False), *load_dataset(cfg))
     assert tags == {"lme.design_sha256": record["design_sha256"], "lme.prereg_sha256": record["record_sha256"]}
     cfg = compose_config([*FAST, f"prereg={rec}", "seed=7"])
     with pytest.raises(LmeError, match="seed 7 is not among the planned seeds 1,2,3") as refused:
-        check_run(cfg, *load_dataset(cfg))
+        check_run(design_from_config(cfg, check=False), *load_dataset(cfg))
     assert "\n" not in str(refused.value)
     cfg = compose_config([*FAST, f"+prereg={rec}", "seed=1", "memory.max_bytes=5000"])
     with pytest.raises(LmeError, match=r"design\.memory\.max_bytes: 96000 -> 5000"):
-        check_run(cfg, *load_dataset(cfg))
-    assert check_run(compose_config(FAST), *load_dataset(compose_config(FAST))) == {
+        check_run(design_from_config(cfg, check=False), *load_dataset(cfg))
+    assert check_run(design_from_config(compose_config(FAST), check=False), *load_dataset(compose_config(FAST))) == {
         "lme.design_sha256": record["design_sha256"]}
 
 
@@ -330,14 +331,14 @@ def test_one_character_edit_in_an_instruction_file_stops_the_run_before_any_call
     frozen = _lme("prereg", "freeze", "--out", "rec.yaml", *design, cwd=tmp_path, pythonpath=root)
     assert frozen.returncode == 0, frozen.stderr[-2000:]
     assert str(root) in load_record(tmp_path / "rec.yaml")["data"]["path"]  # the copy's sample file
-    conf = package.parent / "conf" / "instructions" / "pipeline.yaml"
+    conf = package.parent / "conf" / "instructions" / "pipeline" / "calibration.txt"
     conf.write_text(conf.read_text(encoding="utf-8").replace("loosely", "loose1y", 1), encoding="utf-8")
     run = _lme(*design, "+prereg=rec.yaml", "seed=1", cwd=tmp_path, pythonpath=root)
     assert run.returncode == 2
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("lme: error: rec.yaml: this run differs"), run.stderr[-2000:]
     assert "design.instructions.paragraphs.calibration: sha256" in lines[0]
-    assert "files changed: lme/conf/instructions/pipeline.yaml" in lines[0]
+    assert "files changed: lme/conf/instructions/pipeline/calibration.txt" in lines[0]
     assert not (tmp_path / "cache" / "calls.sqlite").exists()  # no model call was made, none could be
     assert not list(tmp_path.glob("outputs/**/outcomes.jsonl"))  # Hydra made the run dir; nothing ran in it
 

@@ -269,6 +269,7 @@ def test_fetch_reports_bytes(tmp_path, capsys, monkeypatch: pytest.MonkeyPatch) 
 
 def test_the_fetch_command_respects_progress_false(tmp_path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
     from data.hub_server import HubServer
+    from lme.cli.data import fetch_command
     from lme.data import fetch
 
     monkeypatch.setenv(INTERVAL_ENV, "0")
@@ -278,10 +279,10 @@ def test_the_fetch_command_respects_progress_false(tmp_path, capsys, monkeypatch
     printed: list[str] = []
     with HubServer(fetch.REPO_ID, fetch.REVISION, {filename: data}) as hub:
         argv = ["oracle", "--endpoint", hub.url, f"data_dir={tmp_path / 'off'}", "progress=false"]
-        assert fetch.main(argv, dataset_pins=pins, out=printed.append) == 0
+        assert fetch_command(argv, dataset_pins=pins, out=printed.append) == 0
         off = capsys.readouterr().err
         argv = ["oracle", "--endpoint", hub.url, f"data_dir={tmp_path / 'on'}"]
-        assert fetch.main(argv, dataset_pins=pins, out=printed.append) == 0
+        assert fetch_command(argv, dataset_pins=pins, out=printed.append) == 0
         on = capsys.readouterr().err
     assert "lme: fetch" not in off and "100%" not in off
     assert f"lme: fetch {filename} " in on  # a line, not a bar: stderr is not a terminal

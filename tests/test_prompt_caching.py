@@ -65,7 +65,7 @@ def memory(text: str) -> Memory:
 @pytest.fixture(scope="module")
 def design_instructions() -> dict[str, tuple[str, list[str], str]]:
     """Per design: (base instruction, every step's instruction, the reader's instruction role)."""
-    from lme.app import compose_instructions
+    from design_helpers import compose_instructions
     from lme.cli import compose_config
 
     out = {}
@@ -116,7 +116,7 @@ def _judge_templates() -> list[dict[str, str]]:
 
     from lme.cli import compose_config
 
-    sets = [OmegaConf.to_container(compose_config(["judge=offline"]).judge.templates)]
+    sets = [OmegaConf.to_container(compose_config(["judge=offline"]).judge.templates, resolve=True)]
     if OFFICIAL_TEMPLATES.exists():
         sets.append(load_templates(OFFICIAL_TEMPLATES))
     return sets
@@ -260,7 +260,7 @@ def test_a_run_with_a_prompt_cache_records_cached_tokens_everywhere_and_costs_le
 
     from loopback import LoopbackServer
 
-    from lme.app import cost_metrics
+    from lme.job import cost_metrics
 
     monkeypatch.setenv(KEY_ENV, "sk-test")
     with LoopbackServer(reply="offline", prefix_cache=True) as server:

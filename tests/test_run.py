@@ -185,7 +185,7 @@ def test_a_whole_last_line_without_its_newline_is_not_joined_by_the_next_append(
 
 
 def test_the_failures_line_counts_calls_by_class_and_missing_answers():
-    from lme.app import failures_line, incomplete_note
+    from lme.job import failures_line, incomplete_note
 
     metrics = {"reader_failed_calls": 3, "judge_failed_calls": 1, "missing_answers": 2, "missing_verdicts": 0,
                "reader_failed_calls.TimeoutError": 3, "judge_failed_calls.TimeoutError": 1}

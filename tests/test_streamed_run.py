@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from lme.app import StreamedQuestions, load_dataset, question_ids_of
+from design_helpers import load_dataset
+from lme.data.dataset import StreamedQuestions, question_ids_of
 from lme.cli import compose_config
 from lme.data.load import load_questions
 

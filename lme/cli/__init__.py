@@ -3,7 +3,9 @@
 `python -m lme [overrides] [-m]` runs an evaluation through Hydra.
 `python -m lme SUBCOMMAND ...` runs a tool that composes the same config from
 the same overrides (`key=value`, `+design=NAME`) without starting a run.
-Subcommands register here by module path so `--help` never imports them.
+Subcommands register here by module path so `--help` never imports them. Each is one module of
+this package; those that take options build their parser with `lme.cli.parser.make_parser`, so a
+usage error is one line (`lme: error: ...`, exit 2) and `--help` exits 0 alike.
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ register("report", "lme.cli.report", "main", "design-vs-design tables, paired bo
 register("export", "lme.cli.interop", "export_main", "write a job's answers as LongMemEval's hypothesis JSONL")
 register("import-eval", "lme.cli.interop", "import_main", "read an official .eval-results file; print the official summary lines")
 register("prereg", "lme.cli.prereg", "main", "freeze a composed design into a preregistration record; verify against it")
-register("audit", "lme.audit", "main", "scan instruction, paragraph, rule and example texts for reference answers")
-register("estimate", "lme.models.estimate", "main", "expected calls and dollars per design and seed, before any model call")
+register("audit", "lme.cli.audit", "main", "scan instruction, paragraph, rule and example texts for reference answers")
+register("estimate", "lme.cli.estimate", "main", "expected calls and dollars per design and seed, before any model call")
 register("runs", "lme.cli.runs", "main", "mark MLflow runs left RUNNING by a killed process as KILLED (runs repair)")
 register("cache", "lme.cli.cache", "main", "merge per-machine call caches into one (cache merge SOURCE... [--into FILE])")
 
@@ -109,9 +111,9 @@ def check_config_before_hydra(args: Sequence[str]) -> None:
     Hydra starts, which writes the overrides and the composed config into the run directory before any of
     lme's code runs: a key anywhere in it (a design file, a user's config dir on `hydra.searchpath`) and every
     value against its rule (`lme.config_check`). Each combination is composed once for both checks. A bad
-    value stops with one sentence and exit 2 before any directory or MLflow run exists; a config that does
+    value, or a step whose paragraphs describe another memory than it reads, stops with one sentence and exit 2 before any directory or MLflow run exists; a config that does
     not compose is left to Hydra, which lists the valid options."""
-    from lme.config_check import validate_config
+    from lme.design import design_from_config
     from lme.secrets import override_combinations, refuse_secrets
 
     for overrides in override_combinations(args, every_value=True) or []:
@@ -120,8 +122,8 @@ def check_config_before_hydra(args: Sequence[str]) -> None:
         except LmeError:
             return
         try:
-            refuse_secrets(config, where="the composed config")
-            validate_config(config)
+            refuse_secrets(config, where="the composed config")  # before resolving: a key never reaches a message
+            design_from_config(config)  # every value against its rule, the instructions, paragraphs vs memory
         except LmeError as exc:
             print(f"lme: error: {exc}", file=sys.stderr, flush=True)
             sys.exit(2)
@@ -155,8 +157,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 def study_exit_status() -> int:
     """0 when every job of this process finished whole; `EXIT_INCOMPLETE` when a job finished with missing
     answers or verdicts, or a multirun's job failed (README, "Exit statuses")."""
-    app = sys.modules.get("lme.app")
+    job = sys.modules.get("lme.job")
     tracking = sys.modules.get("lme.tracking")
-    incomplete = bool(app is not None and app.INCOMPLETE_JOBS)
+    incomplete = bool(job is not None and job.INCOMPLETE_JOBS)
     failed = bool(tracking is not None and tracking.FAILED_STUDIES)
     return EXIT_INCOMPLETE if incomplete or failed else 0

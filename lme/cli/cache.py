@@ -17,7 +17,8 @@ USAGE = "usage: python -m lme cache merge SOURCE [SOURCE ...] [--into FILE] [ove
 
 
 def main(argv: Sequence[str]) -> int:
-    from lme.compose import compose_config, split_overrides
+    from lme.compose import split_overrides
+    from lme.design import compose_design
     from lme.models.cache import merge_caches
 
     overrides, rest = split_overrides(argv)
@@ -40,7 +41,7 @@ def main(argv: Sequence[str]) -> int:
     if not args:
         raise LmeError(f"cache merge: name at least one source cache file; {USAGE}")
     sources = [Path(arg) / "calls.sqlite" if Path(arg).is_dir() else Path(arg) for arg in args]
-    target = into or Path(str(compose_config(overrides).cache_dir)) / "calls.sqlite"
+    target = into or compose_design(overrides).cache_dir / "calls.sqlite"
     added = merge_caches(target, sources)
     for source, count in added.items():
         print(f"{source}: {count} entries added")

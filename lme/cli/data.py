@@ -12,14 +12,19 @@ question ids and types of the configured file (see `lme.data.splits`).
 
 from __future__ import annotations
 
-import argparse
 import json
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, Any
 
+from lme.cli.parser import ArgumentParser, make_parser
 from lme.errors import LmeError
+
+if TYPE_CHECKING:
+    from lme.data.fetch import FetchResult
 
 USAGE = """usage: python -m lme data COMMAND ...
 
@@ -33,13 +38,6 @@ overrides are a run's: dataset=s|m|oracle|sample, dataset.path=FILE, split=dev|t
 question_ids=[...], question_types=[...], limit=N"""
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports a bad argument as one sentence (an `LmeError`), not usage + exit."""
-
-    def error(self, message: str) -> NoReturn:
-        raise LmeError(f"{self.prog}: {message}.")
-
-
 def main(argv: Sequence[str]) -> int:
     args = list(argv)
     if not args or args[0] in ("-h", "--help", "help"):
@@ -47,9 +45,7 @@ def main(argv: Sequence[str]) -> int:
         return 0 if args else 2
     command, rest = args[0], args[1:]
     if command == "fetch":
-        from lme.data.fetch import main as fetch_main
-
-        return int(fetch_main(rest) or 0)
+        return fetch_command(rest)
     if command == "stats":
         return stats_command(rest)
     if command == "split":
@@ -57,17 +53,137 @@ def main(argv: Sequence[str]) -> int:
     raise LmeError(f"unknown data command {command!r} (known: fetch, stats, split); see python -m lme data --help.")
 
 
+# ----------------------------------------------------------------------------------------------
+# data fetch (the fetching itself is lme.data.fetch)
+
+
+def fetch_parser() -> ArgumentParser:
+    from lme.data.fetch import DATASETS, TARGETS, TEMPLATES_REPO_BASE_URL
+
+    parser = make_parser(
+        "python -m lme data fetch",
+        "Download LongMemEval files and the judge templates into data_dir, verified by SHA-256.",
+        hint=f"python -m lme data fetch {'|'.join(TARGETS)} [--record-digest] [data_dir=DIR]",
+        epilog="Overrides such as data_dir=DIR (or LME_DATA_DIR) are read as in a run.",
+    )
+    files = "; ".join(f"{f.name}: {f.description}{'' if f.sha256 else ', no pin in lme yet'}"
+                      for f in DATASETS.values())
+    parser.add_argument("target", choices=TARGETS, help=f"a data file ({files}), the judge templates, or all")
+    parser.add_argument("--record-digest", action="store_true",
+                        help="for a file lme has no pin for, record the digest of this first download in "
+                             "{data_dir}/pins.json instead of refusing it")
+    parser.add_argument("--endpoint", default=None,
+                        help="Hugging Face hub endpoint (default: HF_ENDPOINT or https://huggingface.co)")
+    parser.add_argument("--templates-base-url", default=TEMPLATES_REPO_BASE_URL,
+                        help="where LongMemEval's files are served, by commit (default: raw.githubusercontent.com)")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress (as the override progress=false); otherwise a bar on a terminal, "
+                             "a line every 30 s elsewhere")
+    return parser
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """Let `kill PID` clean up like Ctrl-C does (only possible in the main thread)."""
+    try:
+        previous: Any = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _describe(result: FetchResult) -> str:
+    if result.name == "templates":
+        state = "downloaded, extracted and verified" if result.downloaded else "already present and verified"
+        return f"judge templates: {state} (5 templates, SHA-256 pinned in lme) -> {result.path}"
+    state = "downloaded and verified" if result.downloaded else "already present and verified"
+    line = f"{result.path.name}: {state}, SHA-256 {result.sha256} -> {result.path}"
+    if result.recorded:
+        line += (f"\n  lme has no pin for this file: its digest was recorded in {result.digest_source} "
+                 f"and later fetches are checked against it")
+    elif result.digest_source != "lme":
+        line += f" (digest recorded earlier in {result.digest_source})"
+    return line
+
+
+def fetch_command(
+    argv: Sequence[str],
+    *,
+    dataset_pins: Mapping[str, str] | None = None,
+    template_pins: Mapping[str, str] | None = None,
+    out: Callable[[str], None] | None = None,
+) -> int:
+    """`python -m lme data fetch TARGET [--record-digest] [overrides]`; argv is what follows `fetch`.
+
+    Raises `LmeError` (one sentence) on any refusal; the CLI prints it and exits 2.
+    `dataset_pins` and `template_pins` replace lme's pins (tests only).
+    """
+    from lme.compose import split_overrides
+    from lme.data.fetch import (
+        DATASETS,
+        REPO_ID,
+        REVISION,
+        expected_digest,
+        fetch_dataset,
+        fetch_templates,
+        project_pins,
+        user_pins_path,
+    )
+    from lme.data.judge_templates import LONGMEMEVAL_TEMPLATE_SHA256
+    from lme.progress import config_flag, enabled_as
+
+    args = list(argv)
+    if args[:1] == ["fetch"]:
+        args = args[1:]
+    overrides, rest = split_overrides(args)
+    options = fetch_parser().parse_args(rest)
+    from lme.design import compose_design
+
+    design = compose_design(overrides)
+    data_dir = design.data_dir
+    emit = out or (lambda line: print(line, flush=True))
+
+    names = [*DATASETS, "templates"] if options.target == "all" else [options.target]
+    pins = project_pins() if dataset_pins is None else dict(dataset_pins)
+    if options.target == "all" and not options.record_digest:
+        unknown = [DATASETS[n].filename for n in DATASETS
+                   if expected_digest(DATASETS[n], data_dir, pins, REPO_ID, REVISION)[0] is None]
+        if unknown:
+            raise LmeError(
+                f"{', '.join(unknown)} {'has' if len(unknown) == 1 else 'have'} no pinned SHA-256 in lme; rerun "
+                f"with --record-digest to record the digest of the first download in {user_pins_path(data_dir)}, "
+                f"or fetch the pinned files one by one."
+            )
+    with _sigterm_as_interrupt(), enabled_as(config_flag(design.progress)):
+        for name in names:
+            if name == "templates":
+                result = fetch_templates(data_dir, base_url=options.templates_base_url,
+                                         pins=LONGMEMEVAL_TEMPLATE_SHA256 if template_pins is None else template_pins)
+            else:
+                result = fetch_dataset(
+                    name, data_dir, record_digest=options.record_digest, endpoint=options.endpoint, pins=pins,
+                    progress=False if options.no_progress else None,
+                )
+            emit(_describe(result))
+    return 0
+
+
 def stats_command(argv: Sequence[str]) -> int:
-    from lme.app import load_dataset
-    from lme.compose import compose_config, split_overrides
+    from lme.compose import split_overrides
+    from lme.data.dataset import load_dataset
     from lme.data.stats import dataset_stats, format_table, stats_json
 
     overrides, rest = split_overrides(argv)
-    parser = _Parser(prog="python -m lme data stats", description="Dataset statistics, no model call.")
+    parser = make_parser("python -m lme data stats", "Dataset statistics, no model call.")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     options = parser.parse_args(rest)
-    cfg = compose_config(overrides)
-    path, questions = load_dataset(cfg)
+    from lme.design import compose_design
+
+    path, questions = load_dataset(compose_design(overrides).dataset)
     stats = dataset_stats(questions)
     if options.json:
         print(json.dumps(stats_json(stats)))
@@ -77,8 +193,9 @@ def stats_command(argv: Sequence[str]) -> int:
 
 
 def split_command(argv: Sequence[str]) -> int:
-    from lme.compose import compose_config, split_overrides
+    from lme.compose import split_overrides
     from lme.data.load import load_questions
+    from lme.design import compose_design
     from lme.data.splits import (
         DEV_SIZE,
         SPLIT_NAMES,
@@ -90,14 +207,13 @@ def split_command(argv: Sequence[str]) -> int:
     )
 
     overrides, rest = split_overrides(argv)
-    parser = _Parser(prog="python -m lme data split", description="Draw the dev/test split from a file.")
+    parser = make_parser("python -m lme data split", "Draw the dev/test split from a file.")
     parser.add_argument("--seed", type=int, default=SPLIT_SEED, help=f"the split's seed (default {SPLIT_SEED})")
     parser.add_argument("--dev-size", type=int, default=DEV_SIZE, help=f"development questions (default {DEV_SIZE})")
     parser.add_argument("--out", type=Path, help="write s_dev.txt and s_test.txt into this folder")
     parser.add_argument("--check", action="store_true", help="fail unless the split equals the committed lists")
     options = parser.parse_args(rest)
-    cfg = compose_config(overrides)
-    path = Path(str(cfg.dataset.path)).expanduser()
+    path = compose_design(overrides).dataset.path
     questions = load_questions(path)
     if not 0 <= options.dev_size <= len(questions):
         raise LmeError(f"{path}: holds {len(questions)} questions, too few for --dev-size {options.dev_size}.")

@@ -15,13 +15,13 @@ RUN_ID is a job run's id (or its run name: the latest job of that name).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
+from lme.cli.parser import make_parser
 from lme.errors import LmeError
 from lme.interop import (
     OFFICIAL_JUDGE_MODEL,
@@ -30,11 +30,6 @@ from lme.interop import (
     official_summary_lines,
     read_eval_results,
 )
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise LmeError(f"{self.prog}: {message}.")
 
 
 def find_job(settings, name: str):
@@ -86,8 +81,8 @@ def export_main(argv: Sequence[str]) -> int:
     from lme.cli.report import tracking_settings
 
     overrides, rest = split_overrides(argv)
-    parser = _Parser(prog="python -m lme export",
-                     description="Write a job's answers as LongMemEval's hypothesis JSONL (missing answers as \"\").")
+    parser = make_parser("python -m lme export",
+                         "Write a job's answers as LongMemEval's hypothesis JSONL (missing answers as \"\").")
     parser.add_argument("run", metavar="RUN_ID", help="a job run's id or name")
     parser.add_argument("--out", type=Path, metavar="FILE", help="the hypothesis file (default: stdout)")
     args = parser.parse_args(rest)
@@ -123,9 +118,9 @@ def import_main(argv: Sequence[str]) -> int:
     from lme.compose import split_overrides
 
     overrides, rest = split_overrides(argv)
-    parser = _Parser(prog="python -m lme import-eval",
-                     description="Read an official .eval-results-* file as verdicts and print its summary lines "
-                     "(print_qa_metrics.py's format), next to lme's for a job with --run.")
+    parser = make_parser("python -m lme import-eval",
+                         "Read an official .eval-results-* file as verdicts and print its summary lines "
+                         "(print_qa_metrics.py's format), next to lme's for a job with --run.")
     parser.add_argument("file", type=Path, metavar="FILE", help="an .eval-results-* file from evaluate_qa.py")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--run", metavar="RUN_ID",

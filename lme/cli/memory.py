@@ -6,7 +6,7 @@
 
 The overrides are a run's (`+design=first_pass`, `memory=user_log`, `dataset.path=FILE`,
 `split=dev`, `limit=20`, ...): the questions are selected as a run selects them
-(`lme.app.load_dataset`), `cfg.retriever` is built and handed to `cfg.memory`
+(`lme.data.dataset.load_dataset`), the design's retriever is built and handed to its memory
 (or, with `--view NAME`, to the view of the `view` config group) through `lme.components`.
 
 Output (stdout; progress goes to stderr: a bar on a terminal, a line every 30 s
@@ -32,11 +32,16 @@ import statistics
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
+from lme.cli.parser import make_parser
 from lme.errors import LmeError
+
+if TYPE_CHECKING:
+    from lme.data.select import Selection
+    from lme.design import Design
 
 PROG = "python -m lme memory"
 
@@ -74,17 +79,10 @@ VIEW_FIELDS: tuple[Field, ...] = (
 )
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports a bad argument as one sentence (an `LmeError`), not usage + exit."""
-
-    def error(self, message: str) -> NoReturn:
-        raise LmeError(f"{self.prog}: {message}.")
-
-
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog=PROG,
-        description="Build the memory a run would give the reader (no model call) and print it or its figures. "
+    parser = make_parser(
+        PROG,
+        "Build the memory a run would give the reader (no model call) and print it or its figures. "
         "Other arguments are config overrides, as for a run (+design=first_pass memory=user_log "
         "dataset.path=FILE limit=20).",
     )
@@ -183,9 +181,8 @@ def _cell(value: int | float) -> str:
 def view_overrides(overrides: Sequence[str], view: str) -> list[str]:
     """The overrides that select view `view`: `view=NAME` when the primary config's defaults list
     holds the `view` group, `+view=NAME` when it does not; unchanged when the user selected one."""
-    from omegaconf import OmegaConf
-
     from lme import CONF_DIR
+    from lme.compose import in_defaults
 
     known = sorted(path.stem for path in (CONF_DIR / "view").glob("*.yaml"))
     if view not in known:
@@ -197,29 +194,23 @@ def view_overrides(overrides: Sequence[str], view: str) -> list[str]:
         raise LmeError(f"--view {view} and the override view={chosen[-1]} name two different views; give one.")
     if chosen:
         return list(overrides)
-    defaults = OmegaConf.load(CONF_DIR / "config.yaml").get("defaults") or []
-    in_defaults = any(isinstance(entry, Mapping) and "view" in entry for entry in defaults)
-    return [*overrides, f"view={view}"] if in_defaults else [f"+view={view}", *overrides]
+    return [*overrides, f"view={view}"] if in_defaults("view") else [f"+view={view}", *overrides]
 
 
-def build_components(cfg: Any, view: str | None) -> tuple[Any, Any]:
+def build_components(design: Design, view: str | None) -> tuple[Any, Any]:
     """(retriever, builder): the run's retriever and the memory builder, or the view, fed by it."""
-    from lme.components import build_memory, build_retriever, build_view
-
-    retriever = build_retriever(cfg)
-    return retriever, (build_memory(cfg, retriever) if view is None else build_view(cfg, retriever))
+    retriever = design.build_retriever()
+    return retriever, (design.build_memory(retriever) if view is None else design.build_view(retriever))
 
 
-def pick_question(questions: Sequence[Any], question_id: str, data_path: Path, cfg: Any) -> Any:
+def pick_question(questions: Sequence[Any], question_id: str, data_path: Path, selection: Selection) -> Any:
     """The selected question `question_id`; one sentence when the file or the selection lacks it."""
     from lme.data.select import Selection
 
     for question in questions:
         if question.question_id == question_id:
             return question
-    keys = ("split", "question_ids", "question_types", "limit")
-    selection = Selection.from_config(**{key: cfg.get(key) for key in keys})
-    if selection == Selection():
+    if replace(selection, split_missing="error") == Selection():
         raise LmeError(f"{data_path}: question {question_id} (--question) is not in the file.")
     raise LmeError(
         f"{data_path}: question {question_id} (--question) is not among the {len(questions)} questions "
@@ -233,7 +224,8 @@ def _emit(text: str) -> None:
 
 
 def main(argv: Sequence[str]) -> int:
-    from lme.compose import compose_config, split_overrides
+    from lme.compose import split_overrides
+    from lme.design import compose_design
     from lme.progress import config_flag, enabled_as
 
     overrides, rest = split_overrides(argv)
@@ -247,19 +239,19 @@ def main(argv: Sequence[str]) -> int:
     if options.view is not None:
         overrides = view_overrides(overrides, options.view)
 
-    cfg = compose_config(overrides)
-    with enabled_as(config_flag(cfg.get("progress", True))):  # progress=false: no bar, no progress line
-        return _main(cfg, options)
+    design = compose_design(overrides)
+    with enabled_as(config_flag(design.progress)):  # progress=false: no bar, no progress line
+        return _main(design, options)
 
 
-def _main(cfg: Any, options: argparse.Namespace) -> int:
-    from lme.app import load_dataset
+def _main(design: Design, options: argparse.Namespace) -> int:
+    from lme.data.dataset import load_dataset
     from lme.progress import progress
 
-    data_path, questions = load_dataset(cfg)
+    data_path, questions = load_dataset(design.dataset)
     if options.question is not None:
-        questions = [pick_question(questions, options.question, data_path, cfg)]
-    retriever, builder = build_components(cfg, options.view)
+        questions = [pick_question(questions, options.question, data_path, design.dataset.selection)]
+    retriever, builder = build_components(design, options.view)
     fields = MEMORY_FIELDS if options.view is None else VIEW_FIELDS
 
     if options.question is not None and not options.json:
@@ -291,7 +283,7 @@ def _main(cfg: Any, options: argparse.Namespace) -> int:
     else:
         retriever_name = str(getattr(retriever, "name", type(retriever).__name__))
         kind = "View" if options.view else "Memory"
-        title = f"{kind}: design {cfg.design_name}, {kind.lower()} {label}, retriever {retriever_name}"
+        title = f"{kind}: design {design.name}, {kind.lower()} {label}, retriever {retriever_name}"
         _emit(f"{markdown_summary(summary, fields, title)}\n\nDataset: {Path(str(data_path))}")
     print(f"lme memory: {len(rows)} questions in {seconds:.1f} s", file=sys.stderr, flush=True)
     return 0

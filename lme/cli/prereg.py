@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import lme.prereg as prereg  # code_version looked up at call time (tests replace it)
+from lme.cli.parser import make_parser
 from lme.prereg import (
     DEFAULT_PRIMARY,
     DEFAULT_SEEDS,
@@ -25,11 +26,10 @@ from lme.prereg import (
 )
 
 
-
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m lme prereg",
-        description="Freeze a composed design into a preregistration record, or verify the current config against "
+    parser = make_parser(
+        "python -m lme prereg",
+        "Freeze a composed design into a preregistration record, or verify the current config against "
         "one. Other arguments are config overrides, as for a run (+design=pipeline setup=paper ...).",
     )
     commands = parser.add_subparsers(dest="command", required=True)
@@ -56,12 +56,12 @@ def _plan(args: argparse.Namespace, base: Plan) -> Plan:
 
 def record_for(overrides: Sequence[str], plan: Plan, **kwargs: Any) -> dict[str, Any]:
     """Compose the config as a run would, load its questions and build the record."""
-    from lme.app import load_dataset
-    from lme.compose import compose_config
+    from lme.data.dataset import load_dataset
+    from lme.design import compose_design
 
-    cfg = compose_config(list(overrides))
-    data_path, questions = load_dataset(cfg)
-    return build_record(cfg, data_path, [q.question_id for q in questions], plan, overrides=overrides, **kwargs)
+    design = compose_design(list(overrides))
+    data_path, questions = load_dataset(design.dataset)
+    return build_record(design, data_path, [q.question_id for q in questions], plan, overrides=overrides, **kwargs)
 
 
 def freeze(overrides: Sequence[str], plan: Plan, out: Path | None, force: bool = False) -> tuple[Path, dict[str, Any]]:

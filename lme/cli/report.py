@@ -21,8 +21,8 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
 
+from lme.cli.parser import make_parser
 from lme.errors import LmeError
 from lme.measures import DEFAULT_BOOTSTRAP_SEED, DEFAULT_RESAMPLES
 
@@ -30,15 +30,10 @@ REPORT_MD = "report.md"
 REPORT_JSON = "report.json"
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise LmeError(f"{self.prog}: {message}.")
-
-
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="python -m lme report",
-        description="Design-vs-design tables (headline, plain vs task-averaged, per type, paired bootstrap "
+    parser = make_parser(
+        "python -m lme report",
+        "Design-vs-design tables (headline, plain vs task-averaged, per type, paired bootstrap "
         "comparisons, re-read steps, cost) from the MLflow runs. Other key=value arguments are config "
         "overrides (tracking.uri=..., tracking.experiment=...).",
     )
@@ -60,13 +55,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def tracking_settings(overrides: Sequence[str]):
-    from omegaconf import OmegaConf
+    from lme.design import compose_design
 
-    from lme.compose import compose_config
-    from lme.tracking import TrackingSettings
-
-    cfg = compose_config(overrides)
-    return TrackingSettings(**OmegaConf.to_container(cfg.tracking, resolve=True))  # type: ignore[arg-type]
+    return compose_design(overrides).tracking
 
 
 def _metric_key(text: str) -> str:

@@ -18,8 +18,9 @@ import math
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from lme.cli.parser import make_parser
 from lme.retrieval.metrics import (
     DEFAULT_KS,
     LEVELS,
@@ -30,6 +31,9 @@ from lme.retrieval.metrics import (
     summarise,
     user_turns_view,
 )
+
+if TYPE_CHECKING:
+    from lme.design import Design
 
 PER_QUESTION_ARTIFACT = "retrieval_per_question.jsonl"
 REPORT_ARTIFACT = "retrieval.json"
@@ -47,9 +51,9 @@ def parse_ks(text: str) -> tuple[int, ...]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m lme retrieval",
-        description="Rank every selected question's turns with the configured retriever (no model call) and "
+    parser = make_parser(
+        "python -m lme retrieval",
+        "Rank every selected question's turns with the configured retriever (no model call) and "
         "report turn- and session-level recall@k and NDCG@k, overall and per type. Other arguments are "
         "config overrides, as for a run (+design=bm25 dataset.path=FILE limit=20 tracking.enabled=false).",
     )
@@ -130,24 +134,23 @@ def rank_and_score(
     return scores
 
 
-def _log_to_mlflow(cfg: Any, container: Mapping[str, Any], data_path: Any, report: RetrievalReport,
+def _log_to_mlflow(design: Design, data_path: Any, report: RetrievalReport,
                    scores: Sequence[QuestionScores], retriever_name: str, options: argparse.Namespace,
                    seconds: float, result: Mapping[str, Any]) -> str | None:
     from lme.hashing import file_sha256
-    from lme.tracking import JobRun, TrackingSettings, params_from_config
+    from lme.tracking import JobRun
 
-    settings = TrackingSettings(**container["tracking"])  # type: ignore[arg-type]
+    settings = design.tracking
     if not settings.enabled:
         return None
-    design = str(cfg.design_name)
     tracker = JobRun(
         settings,
-        run_name=f"{design}-retrieval",
-        tags={"lme.role": "retrieval", "lme.design": design, "lme.retriever": retriever_name},
+        run_name=f"{design.name}-retrieval",
+        tags={"lme.role": "retrieval", "lme.design": design.name, "lme.retriever": retriever_name},
     )
     status = "FAILED"
     try:
-        params = params_from_config(container)
+        params = design.params()
         params["dataset.sha256"] = file_sha256(data_path)
         params["n_questions"] = str(report.n_questions)
         params["retrieval.ks"] = ",".join(str(k) for k in report.ks)
@@ -164,25 +167,22 @@ def _log_to_mlflow(cfg: Any, container: Mapping[str, Any], data_path: Any, repor
 
 
 def main(argv: Sequence[str]) -> int:
-    from lme.compose import compose_config, split_overrides
+    from lme.compose import split_overrides
+    from lme.design import compose_design
     from lme.progress import config_flag, enabled_as
 
     overrides, rest = split_overrides(argv)
     options = _parser().parse_args(rest)
-    cfg = compose_config(overrides)
-    with enabled_as(config_flag(cfg.get("progress", True))):  # progress=false: no bar, no progress line
-        return _main(cfg, options)
+    design = compose_design(overrides)
+    with enabled_as(config_flag(design.progress)):  # progress=false: no bar, no progress line
+        return _main(design, options)
 
 
-def _main(cfg: Any, options: argparse.Namespace) -> int:
-    from omegaconf import OmegaConf
+def _main(design: Design, options: argparse.Namespace) -> int:
+    from lme.data.dataset import load_dataset
 
-    from lme.app import load_dataset
-    from lme.components import build_retriever
-
-    container: Mapping[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
-    data_path, questions = load_dataset(cfg)
-    retriever = build_retriever(cfg)
+    data_path, questions = load_dataset(design.dataset)
+    retriever = design.build_retriever()
     name = str(getattr(retriever, "name", type(retriever).__name__))
 
     started = time.perf_counter()
@@ -190,14 +190,14 @@ def _main(cfg: Any, options: argparse.Namespace) -> int:
     seconds = time.perf_counter() - started
     report = summarise(scores, options.k)
     result: dict[str, Any] = {
-        "design": str(cfg.design_name),
+        "design": design.name,
         "retriever": name,
         "dataset": str(data_path),
         "user_turns_only": options.user_turns_only,
         **report.as_dict(),
         "seconds": round(seconds, 3),
     }
-    run_id = _log_to_mlflow(cfg, container, data_path, report, scores, name, options, seconds, result)
+    run_id = _log_to_mlflow(design, data_path, report, scores, name, options, seconds, result)
     result["mlflow_run_id"] = run_id
     if options.json:
         print(json.dumps(_json_safe(result)), flush=True)

@@ -4,8 +4,8 @@
 
 The overrides are a run's (`+design=pipeline`, `dataset.path=FILE`, `split=dev`,
 `limit=20`, ...): the rules are composed and checked as a run checks them
-(`lme.app.compose_instructions`) and the questions selected as a run selects
-them (`lme.app.load_dataset`). Only rules with `on: question` can be decided
+(`lme.design`) and the questions selected as a run selects
+them (`lme.data.dataset.load_dataset`). Only rules with `on: question` can be decided
 before a run; rules over the answer (`decline`) are named in a note.
 
 Output (stdout):
@@ -22,24 +22,18 @@ import json
 import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import NoReturn
 
 from lme.answer.rules import Rule, select_by_question, unique_rules
+from lme.cli.parser import make_parser
 from lme.data.records import QUESTION_TYPES
-from lme.errors import LmeError
 
 PROG = "python -m lme rules"
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise LmeError(f"{self.prog}: {message}.")
-
-
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog=PROG,
-        description="List the questions each question-text re-read rule selects (no model call). Other "
+    parser = make_parser(
+        PROG,
+        "List the questions each question-text re-read rule selects (no model call). Other "
         "arguments are config overrides, as for a run (+design=pipeline dataset.path=FILE split=dev).",
     )
     parser.add_argument("--json", action="store_true", help="print {rule: [question ids]} as one JSON object")
@@ -88,15 +82,15 @@ def markdown_report(design: str, source: str, selection: Mapping[str, Sequence[s
 
 
 def main(argv: Sequence[str]) -> int:
-    from lme.app import compose_instructions, load_dataset
-    from lme.compose import compose_config, split_overrides
+    from lme.compose import split_overrides
+    from lme.data.dataset import load_dataset
+    from lme.design import compose_design
 
     overrides, rest = split_overrides(argv)
     options = _parser().parse_args(rest)
-    cfg = compose_config(overrides)
-    _, rule_steps, _ = compose_instructions(cfg)
-    rules = [step.rule for step in rule_steps]
-    data_path, questions = load_dataset(cfg)
+    design = compose_design(overrides)
+    rules = [step.rule for step in design.instructions.rules]
+    data_path, questions = load_dataset(design.dataset)
     selection = select_by_question(rules, [(q.question_id, q.question) for q in questions])
     counts = counts_by_type(selection, {q.question_id: q.question_type for q in questions})
     note = answer_rules_note(rules)
@@ -107,6 +101,6 @@ def main(argv: Sequence[str]) -> int:
         if note:
             print(note, file=sys.stderr)
     else:
-        sys.stdout.write(markdown_report(str(cfg.design_name), str(data_path), selection, counts, note) + "\n")
+        sys.stdout.write(markdown_report(design.name, str(data_path), selection, counts, note) + "\n")
     sys.stdout.flush()
     return 0

@@ -17,10 +17,9 @@ USAGE = "usage: python -m lme runs repair [overrides, e.g. tracking.uri=sqlite:/
 
 
 def main(argv: Sequence[str]) -> int:
-    from omegaconf import OmegaConf
-
-    from lme.compose import compose_config, split_overrides
-    from lme.tracking import TrackingSettings, repair_orphans
+    from lme.compose import split_overrides
+    from lme.design import compose_design
+    from lme.tracking import repair_orphans
 
     overrides, rest = split_overrides(argv)
     if not rest or rest[0] in ("-h", "--help"):
@@ -28,7 +27,7 @@ def main(argv: Sequence[str]) -> int:
         return 0
     if rest[0] != "repair" or len(rest) > 1:
         raise LmeError(f"runs: unknown action {' '.join(rest)!r}; {USAGE}")
-    settings = TrackingSettings(**OmegaConf.to_container(compose_config(overrides).tracking, resolve=True))  # type: ignore[arg-type]
+    settings = compose_design(overrides).tracking
     if not settings.enabled:
         raise LmeError("runs repair: tracking is disabled (tracking.enabled=false); nothing to repair.")
     repaired = repair_orphans(settings, quiet=True)

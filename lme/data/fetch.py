@@ -1,6 +1,6 @@
 """Fetch and pin LongMemEval's data files and its judge prompt templates.
 
-`python -m lme data fetch s|m|oracle|templates|all [--record-digest] [overrides]`
+`python -m lme data fetch s|m|oracle|templates|all [--record-digest] [overrides]` (the command: `lme.cli.data`)
 
 Data files come from the Hugging Face dataset `xiaowu0162/longmemeval-cleaned`
 at a pinned revision, through `huggingface_hub`, with progress (`lme.progress`:
@@ -22,26 +22,23 @@ checks each against `lme.judge.LONGMEMEVAL_TEMPLATE_SHA256`, and writes
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
 import shutil
-import signal
-import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from lme.data.judge_source import extract_templates, verify_templates
 from lme.errors import LmeError, first_line
 from lme.hashing import file_sha256, sha256_text
 from lme.data.judge_templates import LONGMEMEVAL_TEMPLATE_SHA256
-from lme.progress import BYTES, Progress, config_flag, enabled_as
+from lme.progress import BYTES, Progress
 from lme.progress import progress as progress_display
 
 REPO_ID = "xiaowu0162/longmemeval-cleaned"
@@ -493,118 +490,3 @@ def fetch_templates(
     })
     load_templates(target, pins)  # the file we wrote reads back as the judge will read it
     return FetchResult("templates", target, file_sha256(target), downloaded=True)
-
-
-# ----------------------------------------------------------------------------------------------
-# the command
-
-
-class _ArgumentParser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise LmeError(f"data fetch: {message} (usage: python -m lme data fetch {'|'.join(TARGETS)} "
-                       f"[--record-digest] [data_dir=DIR]).")
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = _ArgumentParser(
-        prog="python -m lme data fetch",
-        description="Download LongMemEval files and the judge templates into data_dir, verified by SHA-256.",
-        epilog="Overrides such as data_dir=DIR (or LME_DATA_DIR) are read as in a run.",
-    )
-    files = "; ".join(f"{f.name}: {f.description}{'' if f.sha256 else ', no pin in lme yet'}"
-                      for f in DATASETS.values())
-    parser.add_argument("target", choices=TARGETS, help=f"a data file ({files}), the judge templates, or all")
-    parser.add_argument("--record-digest", action="store_true",
-                        help="for a file lme has no pin for, record the digest of this first download in "
-                             "{data_dir}/pins.json instead of refusing it")
-    parser.add_argument("--endpoint", default=None,
-                        help="Hugging Face hub endpoint (default: HF_ENDPOINT or https://huggingface.co)")
-    parser.add_argument("--templates-base-url", default=TEMPLATES_REPO_BASE_URL,
-                        help="where LongMemEval's files are served, by commit (default: raw.githubusercontent.com)")
-    parser.add_argument("--no-progress", action="store_true",
-                        help="no progress (as the override progress=false); otherwise a bar on a terminal, "
-                             "a line every 30 s elsewhere")
-    return parser
-
-
-@contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """Let `kill PID` clean up like Ctrl-C does (only possible in the main thread)."""
-    try:
-        previous: Any = signal.signal(signal.SIGTERM, signal.default_int_handler)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _describe(result: FetchResult) -> str:
-    if result.name == "templates":
-        state = "downloaded, extracted and verified" if result.downloaded else "already present and verified"
-        return f"judge templates: {state} (5 templates, SHA-256 pinned in lme) -> {result.path}"
-    state = "downloaded and verified" if result.downloaded else "already present and verified"
-    line = f"{result.path.name}: {state}, SHA-256 {result.sha256} -> {result.path}"
-    if result.recorded:
-        line += (f"\n  lme has no pin for this file: its digest was recorded in {result.digest_source} "
-                 f"and later fetches are checked against it")
-    elif result.digest_source != "lme":
-        line += f" (digest recorded earlier in {result.digest_source})"
-    return line
-
-
-def main(
-    argv: Sequence[str],
-    *,
-    dataset_pins: Mapping[str, str] | None = None,
-    template_pins: Mapping[str, str] = LONGMEMEVAL_TEMPLATE_SHA256,
-    out: Callable[[str], None] | None = None,
-) -> int:
-    """`python -m lme data fetch TARGET [--record-digest] [overrides]`; argv is what follows `fetch`.
-
-    Raises `LmeError` (one sentence) on any refusal; the CLI prints it and exits 2.
-    `dataset_pins` and `template_pins` replace lme's pins (tests only).
-    """
-    from lme.compose import compose_config, split_overrides
-
-    args = list(argv)
-    if args[:1] == ["fetch"]:
-        args = args[1:]
-    overrides, rest = split_overrides(args)
-    options = _parser().parse_args(rest)
-    cfg = compose_config(overrides)
-    data_dir = Path(str(cfg.data_dir)).expanduser()
-    emit = out or (lambda line: print(line, flush=True))
-
-    names = [*DATASETS, "templates"] if options.target == "all" else [options.target]
-    pins = project_pins() if dataset_pins is None else dict(dataset_pins)
-    if options.target == "all" and not options.record_digest:
-        unknown = [DATASETS[n].filename for n in DATASETS
-                   if expected_digest(DATASETS[n], data_dir, pins, REPO_ID, REVISION)[0] is None]
-        if unknown:
-            raise LmeError(
-                f"{', '.join(unknown)} {'has' if len(unknown) == 1 else 'have'} no pinned SHA-256 in lme; rerun "
-                f"with --record-digest to record the digest of the first download in {user_pins_path(data_dir)}, "
-                f"or fetch the pinned files one by one."
-            )
-    with _sigterm_as_interrupt(), enabled_as(config_flag(cfg.get("progress", True))):
-        for name in names:
-            if name == "templates":
-                result = fetch_templates(data_dir, base_url=options.templates_base_url, pins=template_pins)
-            else:
-                result = fetch_dataset(
-                    name, data_dir, record_digest=options.record_digest, endpoint=options.endpoint, pins=pins,
-                    progress=False if options.no_progress else None,
-                )
-            emit(_describe(result))
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover - `python -m lme data fetch` is the entry point
-    try:
-        sys.exit(main(sys.argv[1:]))
-    except LmeError as exc:
-        print(f"lme: error: {exc}", file=sys.stderr)
-        sys.exit(2)

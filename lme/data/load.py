@@ -96,3 +96,10 @@ def load_questions(path: str | Path, question_ids: Iterable[str] | None = None) 
 def select(questions: Sequence[Question], limit: int | None) -> list[Question]:
     """The first `limit` questions (all when `limit` is None)."""
     return list(questions if limit is None else questions[:limit])
+
+
+def file_identity(path: str | Path) -> list[Any]:
+    """The data file as a memory key sees it: resolved path, size and modification time."""
+    resolved = Path(path).resolve()
+    stat = resolved.stat()
+    return [str(resolved), stat.st_size, stat.st_mtime_ns]

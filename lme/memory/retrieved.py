@@ -9,6 +9,7 @@ are still tried. Only neutral ids, dates, roles and contents reach the text.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 from lme.budget import utf8_len
 from lme.data.dates import format_moment
@@ -52,7 +53,11 @@ def format_turn_block(turn: Turn, session: Session) -> str:
 
 
 class RetrievedMemoryBuilder:
-    """The top `top_k` turns of one retriever, in rank order, within `max_bytes`."""
+    """The top `top_k` turns of one retriever, in rank order, within `max_bytes`.
+
+    `describes`: the instruction paragraphs that describe this memory (none: `base` does)."""
+
+    describes: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self, retriever: Retriever, top_k: int = 100, max_bytes: int = 96_000, name: str = "retrieved"

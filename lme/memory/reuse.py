@@ -15,22 +15,15 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from lme.data.load import file_identity  # noqa: F401  (a memory key names its data file by it)
 from lme.data.records import Question
 from lme.hashing import sha256_text
 from lme.memory.base import Memory, MemoryBuilder
 
 _STORE: dict[str, dict[str, Memory]] = {}  # digest -> question id -> memory
 _LOCK = threading.Lock()
-
-
-def file_identity(path: str | Path) -> list[Any]:
-    """The data file as a memory key sees it: resolved path, size and modification time."""
-    resolved = Path(path).resolve()
-    stat = resolved.stat()
-    return [str(resolved), stat.st_size, stat.st_mtime_ns]
 
 
 def memory_digest(*parts: Any) -> str:

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from datetime import date
+from typing import ClassVar
 
 from lme.budget import utf8_len
 from lme.data.dates import format_day, format_moment
@@ -110,7 +111,11 @@ class Choice:
 
 
 class WholeSessionView:
-    """Complete sessions chosen by dates, content and retrieval (see the module docstring)."""
+    """Complete sessions chosen by dates, content and retrieval (see the module docstring).
+
+    `describes`: the instruction paragraphs that describe this view (lme.memory.paragraphs)."""
+
+    describes: ClassVar[tuple[str, ...]] = ("whole_sessions",)
 
     def __init__(
         self,

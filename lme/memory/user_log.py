@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from lme.budget import utf8_len
 from lme.data.dates import format_day, format_moment
@@ -85,7 +86,11 @@ def reply_block(turn: Turn, session: Session) -> str:
 
 
 class UserLogMemoryBuilder:
-    """First-pass memory of the reference pipeline (see the module docstring)."""
+    """First-pass memory of the reference pipeline (see the module docstring).
+
+    `describes`: the instruction paragraphs that describe this memory (lme.memory.paragraphs)."""
+
+    describes: ClassVar[tuple[str, ...]] = ("user_log",)
 
     def __init__(
         self,

@@ -12,7 +12,7 @@ from hydra import compose, initialize_config_dir
 
 import lme
 from lme.answer.reader import Reader
-from lme.app import compose_instructions
+from design_helpers import compose_instructions
 from lme.data.load import load_questions
 from lme.data.sample import SAMPLE_PATH
 from lme.judge import make_judge, sha256_text

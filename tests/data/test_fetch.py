@@ -25,7 +25,7 @@ import pytest
 from data.evaluate_qa_fixture import TEMPLATE_KEYS, build_evaluate_qa
 from data.hub_server import HubServer
 from lme.cli import compose_config
-from lme.data import fetch
+from lme.cli.data import fetch_command
 from lme.data.fetch import DATASETS, REPO_ID, REVISION, TEMPLATES_COMMIT, fetch_dataset, fetch_templates
 from lme.data.judge_source import extract_templates
 from lme.data.load import load_questions
@@ -166,8 +166,8 @@ def test_an_interrupted_fetch_leaves_nothing(tmp_path, signum):
     with _hub({ORACLE_FILE: DATA}, faults={ORACLE_FILE: ["stall"]}) as hub:
         code = textwrap.dedent(f"""
             import sys
-            from lme.data.fetch import main
-            sys.exit(main(["oracle", "--record-digest", "--endpoint", {hub.url!r}, "data_dir={data_dir}"]))
+            from lme.cli.data import fetch_command
+            sys.exit(fetch_command(["oracle", "--record-digest", "--endpoint", {hub.url!r}, "data_dir={data_dir}"]))
         """)
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
         child = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=env,
@@ -259,8 +259,8 @@ def test_command_fetches_with_overrides_and_reports(tmp_path):
     data_dir = tmp_path / "data"
     lines: list[str] = []
     with _hub() as hub:
-        code = fetch.main(["fetch", "oracle", "--record-digest", "--no-progress", "--endpoint", hub.url,
-                           f"data_dir={data_dir}"], out=lines.append)
+        code = fetch_command(["fetch", "oracle", "--record-digest", "--no-progress", "--endpoint", hub.url,
+                              f"data_dir={data_dir}"], out=lines.append)
     assert code == 0
     assert (data_dir / ORACLE_FILE).read_bytes() == DATA
     assert DATA_SHA in lines[0] and "recorded" in lines[0]
@@ -269,9 +269,9 @@ def test_command_fetches_with_overrides_and_reports(tmp_path):
 def test_command_all_refuses_unpinned_files_before_downloading(tmp_path):
     data_dir = tmp_path / "data"
     with _hub() as hub, pytest.raises(LmeError) as err:
-        fetch.main(["all", "--endpoint", hub.url, "--templates-base-url", hub.url + RAW_REPO,
-                    f"data_dir={data_dir}"],
-                   dataset_pins={S_FILE: DATA_SHA})
+        fetch_command(["all", "--endpoint", hub.url, "--templates-base-url", hub.url + RAW_REPO,
+                       f"data_dir={data_dir}"],
+                      dataset_pins={S_FILE: DATA_SHA})
     _one_sentence(str(err.value))
     assert M_FILE in str(err.value) and ORACLE_FILE in str(err.value) and "--record-digest" in str(err.value)
     assert hub.requests == [] and _contents(data_dir) == []
@@ -282,9 +282,9 @@ def test_command_all_fetches_everything(tmp_path):
     raw = {RAW_PATH: build_evaluate_qa(SYNTHETIC_TEMPLATES).encode()}
     with _hub({S_FILE: DATA, M_FILE: DATA, ORACLE_FILE: DATA}, raw=raw) as hub:
         lines: list[str] = []
-        fetch.main(["all", "--record-digest", "--no-progress", "--endpoint", hub.url, "--templates-base-url",
-                    hub.url + RAW_REPO, f"data_dir={data_dir}"], dataset_pins={S_FILE: DATA_SHA},
-                   template_pins=SYNTHETIC_PINS, out=lines.append)
+        fetch_command(["all", "--record-digest", "--no-progress", "--endpoint", hub.url, "--templates-base-url",
+                       hub.url + RAW_REPO, f"data_dir={data_dir}"], dataset_pins={S_FILE: DATA_SHA},
+                      template_pins=SYNTHETIC_PINS, out=lines.append)
     assert _contents(data_dir) == sorted([S_FILE, M_FILE, ORACLE_FILE, "pins.json", "judge_templates.json"])
     assert set(json.loads((data_dir / "pins.json").read_text())["files"]) == {M_FILE, ORACLE_FILE}
     assert len(lines) == 4
@@ -292,7 +292,7 @@ def test_command_all_fetches_everything(tmp_path):
 
 def test_command_rejects_an_unknown_target_in_one_sentence(tmp_path):
     with pytest.raises(LmeError) as err:
-        fetch.main(["x", f"data_dir={tmp_path}"])
+        fetch_command(["x", f"data_dir={tmp_path}"])
     _one_sentence(str(err.value))
     assert "invalid choice" in str(err.value)
 
@@ -300,7 +300,7 @@ def test_command_rejects_an_unknown_target_in_one_sentence(tmp_path):
 def test_command_reads_data_dir_from_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("LME_DATA_DIR", str(tmp_path / "env-data"))
     with _hub() as hub:
-        fetch.main(["s", "--no-progress", "--endpoint", hub.url], dataset_pins={S_FILE: DATA_SHA}, out=lambda _: None)
+        fetch_command(["s", "--no-progress", "--endpoint", hub.url], dataset_pins={S_FILE: DATA_SHA}, out=lambda _: None)
     assert (tmp_path / "env-data" / S_FILE).read_bytes() == DATA
 
 
@@ -314,7 +314,7 @@ def test_dataset_configs_point_at_the_fetched_files(tmp_path, name):
 
 
 def test_a_run_on_a_missing_fetched_file_says_how_to_fetch_it(tmp_path):
-    from lme.app import load_dataset
+    from design_helpers import load_dataset
 
     cfg = compose_config(["dataset=m", f"data_dir={tmp_path}"])
     with pytest.raises(LmeError) as err:
@@ -325,7 +325,7 @@ def test_a_run_on_a_missing_fetched_file_says_how_to_fetch_it(tmp_path):
 
 
 def test_a_run_reads_a_fetched_file(tmp_path):
-    from lme.app import load_dataset
+    from design_helpers import load_dataset
 
     with _hub() as hub:
         fetch_dataset("s", tmp_path, endpoint=hub.url, pins={S_FILE: DATA_SHA}, progress=False)
@@ -394,8 +394,8 @@ def test_the_real_templates_pass_the_project_pins_and_make_the_official_judge(tm
     data_dir = tmp_path / "data"
     with _hub({}, raw={RAW_PATH: build_evaluate_qa(real, style).encode()}) as hub:
         lines: list[str] = []
-        assert fetch.main(["templates", "--templates-base-url", hub.url + RAW_REPO, f"data_dir={data_dir}"],
-                          out=lines.append) == 0
+        assert fetch_command(["templates", "--templates-base-url", hub.url + RAW_REPO, f"data_dir={data_dir}"],
+                             out=lines.append) == 0
     path = data_dir / "judge_templates.json"
     assert load_templates(path) == {key: real[key] for key in TEMPLATE_KEYS}  # lme's own pins
     judge = make_judge("longmemeval", True, ModelSpec(model="gpt-4o-2024-08-06"), templates_path=str(path))

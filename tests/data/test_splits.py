@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lme.app import load_dataset
+from design_helpers import load_dataset
 from lme.cli import compose_config
 from lme.data.load import load_questions
 from lme.data.sample import SAMPLE_PATH
@@ -321,7 +321,8 @@ def test_split_dev_on_the_mini_file(capsys: pytest.CaptureFixture[str]) -> None:
 def test_a_run_records_the_selected_ids_in_mlflow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from mlflow.tracking import MlflowClient
 
-    from lme.app import run_job
+    from lme.design import design_from_config
+    from lme.job import run_job
 
     monkeypatch.chdir(tmp_path)
     cfg = compose_config(
@@ -333,7 +334,7 @@ def test_a_run_records_the_selected_ids_in_mlflow(tmp_path: Path, monkeypatch: p
             f"cache_dir={tmp_path}/cache",
         ]
     )
-    run_job(cfg)
+    run_job(design_from_config(cfg))
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
     (run,) = client.search_runs([client.get_experiment_by_name("lme").experiment_id])
     local = client.download_artifacts(run.info.run_id, "question_ids.txt", str(tmp_path))

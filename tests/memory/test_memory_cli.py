@@ -14,7 +14,7 @@ import pytest
 from hydra.utils import instantiate
 
 from lme.answer.reader import reader_payload
-from lme.app import load_dataset
+from design_helpers import load_dataset
 from lme.cli import CONF_DIR, compose_config
 from lme.errors import LmeError
 from lme.cli.memory import (
@@ -53,7 +53,7 @@ def json_lines(stdout: str) -> tuple[list[dict], dict]:
 
 
 def built_here(overrides: list[str], view: bool = False) -> list[tuple]:
-    """(question, memory) for every selected question, built in this process as lme.app builds them."""
+    """(question, memory) for every selected question, built in this process as a job builds them."""
     cfg = compose_config(overrides)
     _, questions = load_dataset(cfg)
     retriever = instantiate(cfg.retriever)

@@ -1,5 +1,5 @@
 """Memories kept for a process's later jobs (lme.memory.reuse): built once per question and digest, dropped
-when a job no longer uses the digest; a run's builders are wrapped by `lme.app.reuse_memories`."""
+when a job no longer uses the digest; a run's builders are wrapped by `lme.job.reuse_memories`."""
 
 from __future__ import annotations
 
@@ -65,17 +65,16 @@ def test_the_digest_follows_config_and_file(tmp_path: Path) -> None:
 
 
 def test_a_run_wraps_its_builders_by_config(tmp_path: Path) -> None:
-    from lme.app import reuse_memories
-    from lme.cli import compose_config
-    from lme.components import build_memory, build_retriever
+    from lme.design import compose_design
+    from lme.job import reuse_memories
 
     data = tmp_path / "data.json"
     data.write_text("[]", encoding="utf-8")
     digests = []
     for overrides in (["+design=bm25", "seed=1"], ["+design=bm25", "seed=2"], ["+design=bm25", "memory.top_k=10"]):
-        cfg = compose_config(overrides)
-        retriever = build_retriever(cfg)
-        builder, views = reuse_memories(cfg, data, build_memory(cfg, retriever), {})
+        design = compose_design(overrides)
+        retriever = design.build_retriever()
+        builder, views = reuse_memories(design, data, design.build_memory(retriever), {})
         assert isinstance(builder, ReusedMemory) and views == {}
         digests.append(builder.digest)
     assert digests[0] == digests[1] != digests[2]  # the seed is not part of a memory; top_k is

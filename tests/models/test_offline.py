@@ -10,6 +10,7 @@ import pytest
 from omegaconf import OmegaConf
 
 import lme
+import lme.resolvers  # noqa: F401  (${lme_text:...}: the templates are text files)
 from lme.models.cache import CallCache
 from lme.models.gateway import Gateway, ModelSpec
 from lme.models.offline import (
@@ -81,7 +82,7 @@ def _real_templates() -> dict[str, str]:
 
 
 def _offline_templates() -> dict[str, str]:
-    return dict(OmegaConf.to_container(OmegaConf.load(OFFLINE_CONF).templates))
+    return dict(OmegaConf.to_container(OmegaConf.load(OFFLINE_CONF).templates, resolve=True))
 
 
 @pytest.fixture(params=["longmemeval", "offline"])

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from lme.answer.arbiter import ArbiterOutcome, arbiter_step, arbitrate, disagree, earlier_answers, final_answers
+from lme.arbiter import ArbiterOutcome, arbiter_step, arbitrate, disagree, earlier_answers, final_answers
 from lme.answer.reader import Reader
 from lme.data.load import load_questions
 from lme.data.sample import SAMPLE_PATH

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lme.errors import LmeError, first_line
+from lme.design import Design
+from lme.errors import LmeError
 
 
 @dataclass(frozen=True)
@@ -179,25 +180,24 @@ def _cached_keys(cache_dir: Path, keys: set[str]) -> set[str]:
         conn.close()
 
 
-def estimate_design(cfg: Any, seeds: Sequence[int], progress: bool = False) -> DesignEstimate:
-    """Build every memory of the composed config `cfg` and estimate its calls and dollars for `seeds`."""
+def estimate_design(design: Design, seeds: Sequence[int], progress: bool = False) -> DesignEstimate:
+    """Build every memory of `design` and estimate its calls and dollars for `seeds`."""
     from lme.answer.reader import build_reader_messages
     from lme.answer.rules import FIRST_PASS_VIEW
-    from lme.app import build_judge, build_reader, build_views, compose_instructions, load_dataset
-    from lme.components import build_memory, build_retriever
+    from lme.data.dataset import load_dataset
     from lme.judge import build_judge_prompt
     from lme.models.cache import call_key
     from lme.models.pricing import count_input_tokens, max_output_tokens
 
-    _, questions = load_dataset(cfg)
-    retriever = build_retriever(cfg)
-    builder = build_memory(cfg, retriever)
-    reader = build_reader(cfg)
-    instruction, rules, _ = compose_instructions(cfg)
-    views = {FIRST_PASS_VIEW: builder, **build_views(cfg, retriever, rules)}
+    _, questions = load_dataset(design.dataset)
+    retriever = design.build_retriever()
+    builder = design.build_memory(retriever)
+    reader = design.reader.build()
+    instruction, rules = design.instructions.first_pass, design.instructions.rules
+    views = {FIRST_PASS_VIEW: builder, **design.build_views(retriever)}
     notes: list[str] = []
     try:
-        judge = build_judge(cfg)
+        judge = design.judge.build()
     except LmeError as exc:
         judge = None
         notes.append(f"judge not estimated: {exc}")
@@ -242,7 +242,7 @@ def estimate_design(cfg: Any, seeds: Sequence[int], progress: bool = False) -> D
     rules_possible.update(step.rule.name for step in rules if step.rule.on != "question")
 
     all_keys = {key for question_reads in reads for read in question_reads for key in read.keys.values()}
-    cached = _cached_keys(Path(str(cfg.cache_dir)), all_keys)
+    cached = _cached_keys(design.cache_dir, all_keys)
     reader_prices = _prices(spec)
     judge_prices = _prices(judge.model) if judge is not None else None
     judge_max_output = 0
@@ -256,8 +256,8 @@ def estimate_design(cfg: Any, seeds: Sequence[int], progress: bool = False) -> D
         for seed in seeds
     )
     return DesignEstimate(
-        design=str(cfg.design_name),
-        dataset=str(cfg.dataset.name),
+        design=design.name,
+        dataset=design.dataset.name,
         n_questions=len(questions),
         reader_model=spec.model,
         judge_model=judge.model.model if judge is not None else "?",
@@ -336,75 +336,3 @@ def format_estimate(estimate: DesignEstimate) -> str:
         lines.append(f"  all {len(estimate.seeds)} seeds: reader {_money(total_low)} .. {_money(total_high)}")
     lines.extend(f"  note: {note}" for note in estimate.notes)
     return "\n".join(lines)
-
-
-def expand_sweeps(overrides: Sequence[str]) -> list[list[str]]:
-    """`seed=1,2,3 +design=a,b` -> one override list per combination, as Hydra's basic sweeper makes them."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-
-    try:
-        parsed = OverridesParser.create().parse_overrides(list(overrides))
-    except HydraException as exc:
-        raise LmeError(f"config overrides {' '.join(overrides)!r}: {first_line(exc)}") from None
-    batches = BasicSweeper.split_arguments(parsed, None)
-    return [list(combo) for batch in batches for combo in batch] or [[]]
-
-
-def _is_seed(override: str) -> bool:
-    return override.split("=", 1)[0].lstrip("+~") == "seed"
-
-
-def main(argv: Sequence[str]) -> int:
-    from lme.compose import compose_config, split_overrides
-
-    overrides, rest = split_overrides(argv)
-    if any(arg in ("-h", "--help") for arg in rest):
-        print("usage: python -m lme estimate [overrides]   e.g. +design=pipeline setup=paper seed=1,2,3\n")
-        print((__doc__ or "").split("\n\n", 1)[1].strip())
-        return 0
-    unknown = [arg for arg in rest if arg not in ("-m", "--multirun")]
-    if unknown:
-        raise LmeError(f"estimate: unknown argument {unknown[0]!r} (give Hydra overrides, e.g. +design=bm25 seed=1,2,3).")
-    groups: dict[tuple[str, ...], list[int]] = {}
-    for combo in expand_sweeps(overrides):
-        rest_of = tuple(o for o in combo if not _is_seed(o))
-        seed = int(compose_config(combo).seed)
-        groups.setdefault(rest_of, [])
-        if seed not in groups[rest_of]:
-            groups[rest_of].append(seed)
-    for combo, seeds in groups.items():
-        cfg = compose_config(list(combo))
-        print(f"lme estimate: {' '.join(combo) or '(defaults)'}: building memories ...", file=sys.stderr, flush=True)
-        print(format_estimate(estimate_design(cfg, seeds, progress=True)), flush=True)
-        _print_budget(cfg)
-    print("no model was called.", flush=True)
-    return 0
-
-
-def _print_budget(cfg: Any) -> None:
-    """The study's spending so far and its caps, when a ledger exists (read only)."""
-    import sqlite3
-
-    budget = cfg.get("budget")
-    if budget is None:
-        return
-    path = Path(str(budget.ledger_path))
-    caps = {name: budget.get(name) for name in ("job_dollars", "job_calls", "study_dollars", "study_calls")}
-    cap_text = ", ".join(f"{name} {value}" for name, value in caps.items() if value is not None) or "no caps"
-    if not path.exists():
-        print(f"  budget: {cap_text}; no ledger yet at {path}")
-        return
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        calls, dollars = conn.execute(
-            "SELECT COUNT(*), COALESCE(SUM(COALESCE(dollars, reserved_dollars)), 0) FROM calls "
-            "WHERE study = ? AND status != 'failed'",
-            (str(budget.study),),
-        ).fetchone()
-    except sqlite3.Error:
-        calls, dollars = 0, 0.0
-    finally:
-        conn.close()
-    print(f"  budget: {cap_text}; study {budget.study!s} has made {calls} paid calls, ${dollars:,.4f}, in {path}")

@@ -15,7 +15,10 @@ import pytest
 from loopback import LoopbackServer
 
 from lme.cli import compose_config
-from lme.models.estimate import estimate_design, expand_sweeps, format_estimate, main
+from lme.design import design_from_config
+from lme.cli.estimate import main
+from lme.compose import expand_sweeps
+from lme.estimate import estimate_design, format_estimate
 from lme.models.pricing import count_input_tokens
 
 pytestmark = pytest.mark.usefixtures("warm_litellm", "test_key")
@@ -25,7 +28,7 @@ PRICE_IN, PRICE_OUT = 1e-6, 4e-6
 
 def overrides(tmp_path, base_url: str) -> list[str]:
     return [
-        f"cache_dir={tmp_path / 'cache'}", "limit=8", "rules=pipeline", "instructions=pipeline",
+        f"cache_dir={tmp_path / 'cache'}", "limit=8", "rules=pipeline", "instructions=pipeline", "memory=user_log",
         "reader.model.model=openai/gpt-4o-mini", f"++reader.model.api_base={base_url}",
         "++reader.model.api_key_env=LME_TEST_KEY", "reader.model.max_attempts=2",
         f"++reader.model.input_cost_per_token={PRICE_IN}", f"++reader.model.output_cost_per_token={PRICE_OUT}",
@@ -33,21 +36,21 @@ def overrides(tmp_path, base_url: str) -> list[str]:
 
 
 def run(cfg, tmp_path):
-    from lme.app import build_judge, build_reader, build_views, compose_instructions, load_dataset
-    from lme.components import build_memory, build_retriever
+    from lme.data.dataset import load_dataset
     from lme.models.cache import CallCache
     from lme.models.gateway import Gateway
     from lme.run import Journal, run_questions
 
-    _, questions = load_dataset(cfg)
-    retriever = build_retriever(cfg)
-    instruction, rules, _ = compose_instructions(cfg)
+    design = design_from_config(cfg)
+    _, questions = load_dataset(design.dataset)
+    retriever = design.build_retriever()
+    instruction, rules = design.instructions.first_pass, design.instructions.rules
     cache = CallCache(tmp_path / "cache" / "calls.sqlite")
     try:
         outcomes = asyncio.run(run_questions(
-            questions, build_memory(cfg, retriever), build_reader(cfg), instruction, build_judge(cfg), Gateway(cache),
-            int(cfg.seed), Journal(tmp_path / "outcomes.jsonl"), concurrency=4, rules=rules,
-            views=build_views(cfg, retriever, rules),
+            questions, design.build_memory(retriever), design.reader.build(), instruction, design.judge.build(),
+            Gateway(cache), design.seed, Journal(tmp_path / "outcomes.jsonl"), concurrency=4, rules=rules,
+            views=design.build_views(retriever),
         ))
     finally:
         cache.close()
@@ -57,10 +60,10 @@ def run(cfg, tmp_path):
 def test_first_pass_is_exact_and_rereads_fall_in_the_range(tmp_path):
     with LoopbackServer(reply="offline") as server:
         cfg = compose_config(overrides(tmp_path, server.base_url))
-        before = estimate_design(cfg, [0])
+        before = estimate_design(design_from_config(cfg), [0])
         instruction, outcomes = run(cfg, tmp_path)
         requests = [r.body for r in server.completion_requests]
-        after = estimate_design(cfg, [0, 5])
+        after = estimate_design(design_from_config(cfg), [0, 5])
     first_pass = [body for body in requests if body["messages"][0]["content"] == instruction]
     rereads = [body for body in requests if body["messages"][0]["content"] != instruction]
     (seed,) = before.seeds
@@ -106,7 +109,7 @@ def test_unknown_arguments_are_one_sentence():
 
 
 def test_format_marks_unpriced_models():
-    from lme.models.estimate import DesignEstimate, SeedEstimate
+    from lme.estimate import DesignEstimate, SeedEstimate
 
     seed = SeedEstimate(1, 2, 0, 10, 0, 0, 0, None, None, None, None, 2, None, None)
     text = format_estimate(DesignEstimate("d", "s", 2, "x/y", "j", None, None, None, (4, 6), {}, {}, (seed,)))

@@ -1,0 +1,114 @@
+"""A design's dataset: which file, which questions, read how (`DatasetSpec`), and loading it.
+
+`load_dataset(spec)` checks the file, selects the questions (`lme.data.select`) and returns them, held in
+memory, or as `StreamedQuestions` (one parsed at a time) for a file too large to hold. A process keeps the
+last file it loaded (`load_questions_once`), so the jobs of a multirun in one process share one load, and
+`prefetch_dataset` starts that load in a background thread while the multirun parent sets up MLflow.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from lme.data.load import check_data_file, file_identity, load_questions
+from lme.data.records import Question
+from lme.data.select import Selection, select_questions
+from lme.errors import LmeError
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    name: str
+    path: Path
+    fetch: str | None  # the `lme data fetch` target that provides this file
+    stream: bool  # read one question at a time (LongMemEval-M)
+    selection: Selection
+    swept: bool = False  # the sweep gives its jobs different data files (no prefetch)
+
+
+def load_dataset(spec: DatasetSpec) -> tuple[Path, list[Question] | StreamedQuestions]:
+    """(the data file, its selected questions); one sentence naming the file for anything wrong."""
+    path = spec.path
+    if not os.path.lexists(path):
+        hint = "pass dataset.path=FILE"
+        if spec.fetch:
+            hint = f"run `python -m lme data fetch {spec.fetch}` or pass dataset.path=FILE"
+        raise LmeError(f"{path}: dataset file not found (dataset {spec.name}); {hint}.")
+    check_data_file(path, f"dataset {spec.name}")  # a directory, a FIFO, a symlink loop, no permission
+    if spec.stream:
+        from lme.data.stream import scan_index
+
+        # select on a cheap index pass (ids and types only); histories are read one at a time later
+        selected = select_questions(scan_index(path), spec.selection, path)
+    else:
+        selected = select_questions(load_questions_once(path), spec.selection, path)
+    if selected.skipped:
+        print(f"lme: warning: {selected.skipped_note(path)}", file=sys.stderr, flush=True)
+    if not selected.questions:
+        raise LmeError(f"dataset {spec.name}: {path} selects no question ({spec.selection.describe()}).")
+    if spec.stream:
+        return path, StreamedQuestions(path, tuple(q.question_id for q in selected.questions))
+    return path, list(selected.questions)
+
+
+_LOADED: dict[tuple, list[Question]] = {}  # at most one file: the jobs of a multirun in this process share it
+_LOADING = threading.Lock()  # one load at a time: a job waits for a prefetch of its file instead of loading it again
+
+
+def load_questions_once(path: Path) -> list[Question]:
+    """`load_questions(path)`, kept for this process's later jobs (a multirun's seeds) while the file is unchanged."""
+    key = tuple(file_identity(path))
+    with _LOADING:
+        if key not in _LOADED:
+            _LOADED.clear()  # free the previous file before loading the next
+            _LOADED[key] = load_questions(path)
+        return _LOADED[key]
+
+
+def prefetch_dataset(spec: DatasetSpec) -> threading.Thread | None:
+    """Start loading the dataset file (all held, not streamed) in a background thread, for the jobs this
+    process will run: the multirun parent's MLflow set-up runs meanwhile, and most of a load (xz
+    decompression) runs beside it on another core. A load that fails is left to the job, which loads
+    the file again and says what is wrong."""
+    if spec.stream or spec.swept:
+        return None
+    path = spec.path
+    if not path.is_file():
+        return None
+
+    def load() -> None:
+        try:
+            load_questions_once(path)
+        except Exception:  # noqa: BLE001 - reported by the job's own load
+            pass
+
+    thread = threading.Thread(target=load, name="lme-prefetch", daemon=True)
+    thread.start()
+    return thread
+
+
+class StreamedQuestions:
+    """The selected questions of a large file (LongMemEval-M), parsed one at a time when iterated,
+    in file order; `ids` and `len()` need no parsing."""
+
+    def __init__(self, path: Path, ids: tuple[str, ...]) -> None:
+        self.path = path
+        self.ids = ids
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __iter__(self) -> Iterator[Question]:
+        from lme.data.stream import iter_questions
+
+        return iter_questions(self.path, self.ids)
+
+
+def question_ids_of(questions: list[Question] | StreamedQuestions) -> list[str]:
+    """The selected ids, without parsing a streamed file."""
+    return list(questions.ids) if isinstance(questions, StreamedQuestions) else [q.question_id for q in questions]

@@ -1,0 +1,462 @@
+"""The composition root: the composed Hydra config -> one typed, frozen `Design`.
+
+`design_from_config(cfg)` is the one place that reads a composed config. It checks the config (secrets,
+every value against its rule), composes the instructions of every step, checks that each step's
+paragraphs describe the memory that step reads, and returns a `Design`: plain, immutable data (component
+nodes, composed instructions and their hashes, the dataset and its selection, models, budget, tracking,
+where the run writes and how it resumes). The job (`lme.job`), the multirun parent (`lme.parent`), prereg,
+estimate, audit and every subcommand take a `Design`; none of them reads the config or imports Hydra.
+
+`compose_design(overrides)` composes the config a run with these overrides would get (`lme.compose`) and
+returns its design: what the subcommands use.
+
+Components are built from their nodes on demand (`design.build_retriever()`, ...), with Hydra's
+`instantiate` (`lme.components.build`), so that a subcommand that needs only the cache directory never
+loads an embedding model.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from lme.answer.reader import Reader, compose_instruction
+from lme.answer.rules import FIRST_PASS_VIEW, RuleStep, parse_rules
+from lme.data.dataset import DatasetSpec
+from lme.data.select import Selection
+from lme.errors import LmeError, first_line
+from lme.hashing import sha256_json, sha256_text
+from lme.judge import Judge
+from lme.models.ledger import Budget
+from lme.tracking import TrackingSettings
+
+FIRST_PASS = "first_pass"  # the first pass's step name (lme.run.FIRST_PASS)
+
+# Keys of the composed config that say how or where a run happens, not what it measures (the design's
+# digest and prereg leave them out). Dotted paths from the root:
+RUN_ONLY_PATHS: tuple[str, ...] = (
+    "seed",  # the plan's seeds are recorded instead; a run's seed must be one of them
+    "hydra",
+    "tracking",
+    "cache_dir",
+    "data_dir",
+    "verbose",
+    "concurrency",
+    "calls_in_flight",
+    "prereg",
+    "budget",  # spending caps and the ledger: how far a run may go, not what it measures
+    "dataset.path",  # the file's SHA-256 and the selected ids are recorded instead
+    "judge.templates_path",  # the templates' digests are recorded instead
+    "dataset.stream",  # how the file is read, not what is in it
+)
+# Key names that are run-only wherever they occur (model, retriever and view settings):
+RUN_ONLY_LEAVES: frozenset[str] = frozenset(
+    {"concurrency", "timeout_s", "max_attempts", "api_key_env", "cache_path", "index_dir", "device",
+     "batch_size", "progress", "requests_per_minute", "tokens_per_minute", "backoff_base_s", "backoff_max_s",
+     "retry_after_max_s", "unreachable_after_s"}
+)
+
+
+def canonical_design(container: Mapping[str, Any]) -> dict[str, Any]:
+    """The resolved config minus the run-only keys (`RUN_ONLY_PATHS`, `RUN_ONLY_LEAVES`)."""
+
+    def strip(node: Any, prefix: str) -> Any:
+        if isinstance(node, Mapping):
+            kept = {}
+            for key, value in node.items():
+                path = f"{prefix}{key}"
+                if path in RUN_ONLY_PATHS or str(key) in RUN_ONLY_LEAVES:
+                    continue
+                kept[str(key)] = strip(value, path + ".")
+            return kept
+        if isinstance(node, (list, tuple)):
+            return [strip(item, prefix) for item in node]
+        return node
+
+    return strip(container, "")
+
+
+def frozen(value: Any) -> Any:
+    """Plain data made read-only: mappings become read-only views, lists tuples."""
+    if isinstance(value, Mapping):
+        return MappingProxyType({str(key): frozen(item) for key, item in value.items()})
+    if isinstance(value, (list, tuple)):
+        return tuple(frozen(item) for item in value)
+    return value
+
+
+def plain(value: Any) -> Any:
+    """A frozen value as fresh, mutable plain data (dicts and lists), e.g. for `instantiate` or YAML."""
+    if isinstance(value, Mapping):
+        return {str(key): plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(item) for item in value]
+    return value
+
+
+@dataclass(frozen=True)
+class Component:
+    """One component's config node (`_target_` and its arguments), as read-only plain data."""
+
+    group: str  # the config group it came from: retriever, memory, view, reader.model, judge.model
+    node: Mapping[str, Any]
+
+    @property
+    def target(self) -> str:
+        return str(self.node.get("_target_", ""))
+
+    @property
+    def name(self) -> str:
+        return str(self.node.get("name", self.group))
+
+    def build(self, **kwargs: Any) -> Any:
+        """Construct it; a construction error is one sentence naming the group."""
+        from lme.components import build
+
+        if self.group.endswith("model"):  # a model spec gets plain lists and dicts (its params), as Hydra's "all"
+            kwargs.setdefault("_convert_", "all")
+        return build(plain(self.node), self.group, **kwargs)
+
+
+@dataclass(frozen=True)
+class ReaderSpec:
+    name: str
+    instruction_role: str
+    model: Component
+
+    def build(self) -> Reader:
+        return Reader(name=self.name, model=self.model.build(), instruction_role=self.instruction_role)
+
+
+@dataclass(frozen=True)
+class JudgeSpec:
+    name: str
+    official: bool
+    model: Component
+    templates_path: str | None
+    templates: Mapping[str, str] | None
+
+    def build(self) -> Judge:
+        """The judge, its templates read and verified."""
+        from lme.judge import make_judge
+
+        return make_judge(name=self.name, official=self.official, model=self.model.build(),
+                          templates_path=self.templates_path,
+                          templates=dict(self.templates) if self.templates is not None else None)
+
+
+@dataclass(frozen=True)
+class Instructions:
+    """Every step's composed instruction: `base` followed by the step's paragraphs, joined by spaces."""
+
+    base: str
+    paragraphs: Mapping[str, str]
+    first_pass: str
+    first_pass_paragraphs: tuple[str, ...]
+    rules: tuple[RuleStep, ...]  # the rules in order, each with its instruction
+    texts: Mapping[str, str]  # step name -> instruction (the first pass and each rule)
+
+    def compose(self, names: Sequence[str]) -> str:
+        return compose_instruction(self.base, self.paragraphs, names)
+
+    def sha256s(self) -> dict[str, str]:
+        return {name: sha256_text(text) for name, text in self.texts.items()}
+
+
+@dataclass(frozen=True)
+class ArbiterSpec:
+    """The arbiter stage of a multirun (+design=pipeline_arbiter): its view and instruction."""
+
+    view: str
+    paragraphs: tuple[str, ...]
+    instruction: str
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How this run was started, for the resume command a stopped job prints."""
+
+    overrides: tuple[str, ...] = ()  # the job's command-line overrides
+    sweep_dir: Path | None = None  # a multirun launched by this process (-m): its sweep directory
+    argv: tuple[str, ...] = ()  # this process's arguments (a multirun's resume command repeats them)
+
+
+@dataclass(frozen=True)
+class Design:
+    """A composed design, typed and frozen: what a job, the multirun parent, prereg, estimate, audit and the
+    subcommands read instead of the config."""
+
+    name: str
+    seed: int
+    config: Mapping[str, Any] = field(repr=False)  # the resolved composed config (Hydra's own keys aside)
+    config_yaml: str = field(repr=False)  # the same, as YAML (logged with every run)
+    config_sha256: str  # SHA-256 of the canonical design (`canonical_design`): the design's identity
+    dataset: DatasetSpec
+    retriever: Component
+    memory: Component
+    view: Component | None
+    reader: ReaderSpec
+    judge: JudgeSpec
+    instructions: Instructions
+    arbiter: ArbiterSpec | None
+    budget: Budget
+    ledger_path: Path
+    study: str
+    job_name: str | None  # the job's name in the ledger (None: its output directory)
+    tracking: TrackingSettings
+    cache_dir: Path
+    data_dir: Path
+    output_dir: Path  # where the job writes (Hydra's run directory)
+    concurrency: int
+    calls_in_flight: int | None
+    verbose: bool
+    progress: bool | str
+    prereg: str | None  # the preregistration record a job is checked against
+    launch: Launch = Launch()
+
+    # -- components, built on demand --------------------------------------------------------------
+
+    def build_retriever(self) -> Any:
+        return self.retriever.build()
+
+    def build_memory(self, retriever: Any) -> Any:
+        return self.memory.build(retriever=retriever)
+
+    def build_view(self, retriever: Any) -> Any:
+        if self.view is None:
+            raise LmeError("view: this design has no `view` group, so no rule or arbiter can read one.")
+        return self.view.build(retriever=retriever)
+
+    def build_views(self, retriever: Any) -> dict[str, Any]:
+        """The memory builder of every view a rule reads, other than the first-pass memory."""
+        needed = {step.rule.view for step in self.instructions.rules} - {FIRST_PASS_VIEW}
+        return {name: self.build_view(retriever) for name in needed}  # known_views allows only the view group's
+
+    def known_views(self) -> list[str]:
+        """The views a rule may name: the first-pass memory and the `view` group's view."""
+        return known_views(self.view)
+
+    @property
+    def instruction_texts(self) -> Mapping[str, str]:
+        return self.instructions.texts
+
+    def params(self) -> dict[str, str]:
+        """MLflow params of the composed config (secrets refused, long texts hashed)."""
+        from lme.tracking import params_from_config
+
+        return params_from_config(plain(self.config))
+
+
+def known_views(view: Component | None) -> list[str]:
+    return [FIRST_PASS_VIEW, *([view.name] if view is not None and view.node.get("name") else [])]
+
+
+# -- from the config ---------------------------------------------------------------------------------
+
+
+def resolved(cfg: Any) -> dict[str, Any]:
+    """The config as plain data, interpolations resolved, Hydra's own keys left out; an unresolvable value
+    is one sentence."""
+    from omegaconf import DictConfig, OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    import lme.resolvers  # noqa: F401
+
+    try:
+        if isinstance(cfg, DictConfig) and "hydra" in cfg:  # the multirun callback's config: Hydra's keys aside
+            cfg = OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"])
+        container = OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException as exc:
+        raise LmeError(f"config: {first_line(exc)}") from None
+    if not isinstance(container, dict):
+        raise LmeError("config: the composed config is not a mapping.")
+    container.pop("hydra", None)
+    return container
+
+
+def design_from_config(cfg: Any, *, check: bool = True) -> Design:
+    """The `Design` of a composed config. With `check`, the config is first refused if it holds a secret
+    and checked value by value (`lme.config_check`); then the instructions are composed and every step's
+    paragraphs checked against the memory it reads."""
+    from omegaconf import OmegaConf
+
+    container = resolved(cfg)
+    if check:
+        from lme.config_check import validate_config
+        from lme.secrets import refuse_secrets
+
+        refuse_secrets(container, "the composed config")  # before any file or MLflow run is written
+        validate_config(cfg)  # every value checked against its rule, in one sentence, before anything runs
+
+    def node(key: str) -> Mapping[str, Any]:
+        value = container.get(key)
+        return value if isinstance(value, Mapping) else {}
+
+    dataset, budget = node("dataset"), node("budget")
+    view = Component("view", frozen(container["view"])) if isinstance(container.get("view"), Mapping) else None
+    instructions = compose_instructions(node("instructions"), container.get("rules"), view)
+    memory = Component("memory", frozen(container.get("memory") or {}))
+    check_paragraphs(instructions, memory, view, container.get("design_name"))
+    judge = node("judge")
+    reader = node("reader")
+    dataset_spec = DatasetSpec(
+        name=str(dataset.get("name")),
+        path=Path(str(dataset.get("path"))).expanduser(),
+        fetch=str(dataset["fetch"]) if dataset.get("fetch") else None,
+        stream=bool(dataset.get("stream")),
+        selection=Selection.from_config(
+            **{key: container.get(key) for key in ("split", "question_ids", "question_types", "limit")},
+            split_missing=container.get("split_missing", "error"),
+        ),
+        swept=sweeps_dataset(cfg),
+    )  # its selection refuses a bad id list first
+    return Design(
+        name=str(container.get("design_name", "default")),
+        seed=int(container.get("seed", 0)),
+        config=frozen(container),
+        config_yaml=OmegaConf.to_yaml(container),
+        config_sha256=design_digest(container),
+        dataset=dataset_spec,
+        retriever=Component("retriever", frozen(container.get("retriever") or {})),
+        memory=memory,
+        view=view,
+        reader=ReaderSpec(name=str(reader.get("name")), instruction_role=str(reader.get("instruction_role", "system")),
+                          model=Component("reader.model", frozen(reader.get("model") or {}))),
+        judge=JudgeSpec(
+            name=str(judge.get("name")), official=bool(judge.get("official")),
+            model=Component("judge.model", frozen(judge.get("model") or {})),
+            templates_path=str(judge["templates_path"]) if judge.get("templates_path") else None,
+            templates=frozen(judge["templates"]) if judge.get("templates") else None,
+        ),
+        instructions=instructions,
+        arbiter=arbiter_spec(container.get("arbiter"), instructions, view),
+        budget=Budget.from_config(budget),
+        ledger_path=Path(str(budget.get("ledger_path", Path(str(container.get("cache_dir", ".lme_cache")))
+                                        / "ledger.sqlite"))),
+        study=str(budget.get("study", "default")),
+        job_name=str(budget["job"]) if budget.get("job") else None,
+        tracking=TrackingSettings(**node("tracking")),
+        cache_dir=Path(str(container.get("cache_dir", ".lme_cache"))),
+        data_dir=Path(str(container.get("data_dir", ".lme_cache/data"))).expanduser(),
+        output_dir=output_dir(),
+        concurrency=int(container.get("concurrency", 8)),
+        calls_in_flight=container.get("calls_in_flight"),
+        verbose=bool(container.get("verbose")),
+        progress=container.get("progress", True),
+        prereg=str(container["prereg"]) if container.get("prereg") else None,
+        launch=launch(),
+    )
+
+
+def design_digest(container: Mapping[str, Any]) -> str:
+    """SHA-256 of the canonical design; a value JSON cannot hold (NaN, infinity) is named in one sentence."""
+    try:
+        return sha256_json(canonical_design(container))
+    except ValueError:
+        bad = next((path for path, value in _leaves(canonical_design(container))
+                    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf")))), "?")
+        raise LmeError(f"config {bad}: NaN or infinity is not a value a design can hold; quote it if it is text.") from None
+
+
+def _leaves(node: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    if isinstance(node, Mapping):
+        return [leaf for key, value in node.items() for leaf in _leaves(value, f"{prefix}{key}.")]
+    if isinstance(node, (list, tuple)):
+        return [leaf for index, value in enumerate(node) for leaf in _leaves(value, f"{prefix.rstrip('.')}[{index}].")]
+    return [(prefix.rstrip("."), node)]
+
+
+def compose_instructions(instructions: Mapping[str, Any], rules: Any, view: Component | None) -> Instructions:
+    """Every step's instruction: `instructions.base` followed by its paragraphs (`instructions.first_pass`
+    for the first pass, `rules.definitions.NAME.paragraphs` for a rule), joined by single spaces."""
+    base = str(instructions.get("base", ""))
+    paragraphs = {str(key): str(value) for key, value in (instructions.get("paragraphs") or {}).items()}
+    names = tuple(str(name) for name in instructions.get("first_pass") or [])
+    first_pass = compose_instruction(base, paragraphs, names)
+    parsed = parse_rules(rules, paragraphs, known_views(view))  # type: ignore[arg-type]
+    texts = {FIRST_PASS: first_pass}
+    steps = []
+    for rule in parsed:
+        text = compose_instruction(base, paragraphs, rule.paragraphs)
+        texts.setdefault(rule.name, text)
+        steps.append(RuleStep(rule, text))
+    return Instructions(base=base, paragraphs=MappingProxyType(paragraphs), first_pass=first_pass,
+                        first_pass_paragraphs=names, rules=tuple(steps), texts=MappingProxyType(texts))
+
+
+def arbiter_spec(node: Any, instructions: Instructions, view: Component | None) -> ArbiterSpec | None:
+    if node is None:
+        return None
+    node = node if isinstance(node, Mapping) else {}
+    name = str(node.get("view", FIRST_PASS_VIEW))
+    if name not in known_views(view):
+        raise LmeError(f"arbiter.view: {name!r} is not a view (known: {', '.join(known_views(view))}).")
+    paragraphs = tuple(str(item) for item in node.get("paragraphs") or [])
+    return ArbiterSpec(view=name, paragraphs=paragraphs, instruction=instructions.compose(paragraphs))
+
+
+def check_paragraphs(instructions: Instructions, memory: Component, view: Component | None, design: Any) -> None:
+    """Refuse a design whose instruction describes another memory than the one its step reads (the user-log
+    paragraph over `memory=retrieved`): lme's own builders and the design's declare their paragraphs."""
+    from lme.memory.paragraphs import LME_BUILDERS, paragraph_mismatch
+
+    targets = [*LME_BUILDERS, *(c.target for c in (memory, view) if c is not None and c.target)]
+    reads = {FIRST_PASS_VIEW: memory, **({view.name: view} if view is not None else {})}
+    steps = [(FIRST_PASS, memory, instructions.first_pass_paragraphs)]
+    steps += [(step.rule.name, reads.get(step.rule.view, memory), step.rule.paragraphs) for step in instructions.rules]
+    for step, component, paragraphs in steps:
+        others = [target for target in targets if target != component.target]
+        problem = paragraph_mismatch(step, component.name, component.target, list(paragraphs), others)
+        if problem:
+            raise LmeError(f"design {design}: {problem}")
+
+
+def sweeps_dataset(cfg: Any) -> bool:
+    """Whether the sweep's overrides give the jobs different data files (`dataset=s,oracle`, `dataset.path=a,b`)."""
+    try:
+        overrides = list(cfg.hydra.overrides.task)
+    except Exception:  # noqa: BLE001 - not a Hydra config with overrides
+        return False
+    for override in overrides:
+        key, _, value = str(override).partition("=")
+        if key.lstrip("+~").startswith("dataset") and ("," in value or "(" in value):
+            return True
+    return False
+
+
+def output_dir() -> Path:
+    """Hydra's run directory for this job; `outputs` outside a Hydra run (a subcommand, a test)."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return Path(HydraConfig.get().runtime.output_dir)
+    except ValueError:
+        return Path("outputs")
+
+
+def launch() -> Launch:
+    """The running Hydra job's overrides, and its sweep directory when this process launched a multirun."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        hydra = HydraConfig.get()
+    except (ImportError, ValueError):
+        return Launch(argv=tuple(sys.argv[1:]))
+    argv = tuple(sys.argv[1:])
+    sweep = None
+    if hydra.mode == RunMode.MULTIRUN and any(flag in argv for flag in ("-m", "--multirun")):
+        sweep = Path(str(hydra.sweep.dir)).absolute()
+    return Launch(overrides=tuple(str(item) for item in hydra.overrides.task), sweep_dir=sweep, argv=argv)
+
+
+def compose_design(overrides: Sequence[str], *, check: bool = False) -> Design:
+    """The design a run with these overrides would get (for the subcommands; `check`: also every value
+    against its rule, as a run checks them)."""
+    from lme.compose import compose_config
+
+    return design_from_config(compose_config(overrides), check=check)

@@ -1,0 +1,301 @@
+"""One job: a design and a seed over the selected questions -> outcomes, journal, measures, MLflow run.
+
+`run_job(design)` builds the design's components, checks the run against its preregistration record,
+answers and judges every question (`lme.run.run_questions`, journaled and resumable), writes
+`outcomes.jsonl`, `outcomes.csv` and `metrics.json` in the job's directory, logs the run to MLflow and
+prints one summary. A stop (a spending cap, a failure no retry can fix, Ctrl-C) keeps what finished and
+prints the command that resumes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+import os
+import sys
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from lme.answer.steps import run_step_metrics
+from lme.data.dataset import load_dataset, question_ids_of
+from lme.design import Design, plain
+from lme.errors import EXIT_BUDGET, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_SYSTEMIC
+from lme.hashing import file_sha256
+from lme.measures import run_measures
+from lme.models.cache import CallCache
+from lme.models.gateway import Gateway, SystemicFailure, preflight
+from lme.models.ledger import BudgetExhausted, Ledger
+from lme.prereg import check_run
+from lme.resume import budget_stop_message, interrupted_message, systemic_stop_message
+from lme.run import FIRST_PASS, Journal, Outcome, error_class, run_questions
+from lme.tracking import OUTCOMES_ARTIFACT, PARENT_ENV, JobRun, note_stop
+
+
+def open_ledger(design: Design, job: str) -> Ledger:
+    """The study's spending ledger (`budget` config group), writing as `job`."""
+    return Ledger(design.ledger_path, study=design.study, job=job)
+
+
+def open_gateway(design: Design, cache: CallCache, ledger: Ledger) -> Gateway:
+    return Gateway(cache, ledger=ledger, budget=design.budget, calls_in_flight=design.calls_in_flight)
+
+
+def reuse_memories(design: Design, data_path: Path, builder: Any, views: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """The builders wrapped so that this process's later jobs (a multirun's seeds) reuse their memories:
+    a memory depends on the question, the memory's and the retriever's config, never on the seed
+    (`lme.memory.reuse`)."""
+    from lme.memory.reuse import ReusedMemory, file_identity, keep_only, memory_digest
+
+    common = (plain(design.retriever.node), file_identity(data_path))
+
+    def reused(node: Any, inner: Any) -> ReusedMemory:
+        return ReusedMemory(inner, memory_digest(plain(node), *common))
+
+    first = reused(design.memory.node, builder)
+    wrapped = {name: reused(design.view.node if design.view else {}, view) for name, view in views.items()}
+    keep_only({first.digest, *(view.digest for view in wrapped.values())})
+    return first, wrapped
+
+
+def cost_metrics(outcomes: list[Outcome]) -> dict[str, float]:
+    reader_calls = sum(o.reader.calls for o in outcomes)
+    metrics = {
+        "reader_calls": reader_calls,
+        "reader_cached_calls": sum(o.reader.cached_calls for o in outcomes),
+        "reader_failed_calls": sum(o.reader.failed_calls for o in outcomes),
+        "reader_input_tokens": sum(o.reader.input_tokens for o in outcomes),
+        "reader_output_tokens": sum(o.reader.output_tokens for o in outcomes),
+        "reader_cached_input_tokens": sum(o.reader.cached_input_tokens for o in outcomes),
+        "reader_cost_usd": sum(o.reader.cost_usd for o in outcomes),
+        "reader_spent_usd": sum(o.reader.spent_usd for o in outcomes),
+        "judge_calls": sum(o.judge.calls for o in outcomes),
+        "judge_cached_calls": sum(o.judge.cached_calls for o in outcomes),
+        "judge_failed_calls": sum(o.judge.failed_calls for o in outcomes),
+        "judge_input_tokens": sum(o.judge.input_tokens for o in outcomes),
+        "judge_output_tokens": sum(o.judge.output_tokens for o in outcomes),
+        "judge_cached_input_tokens": sum(o.judge.cached_input_tokens for o in outcomes),
+        "judge_cost_usd": sum(o.judge.cost_usd for o in outcomes),
+        "judge_spent_usd": sum(o.judge.spent_usd for o in outcomes),
+        "unpriced_calls": sum(o.reader.unpriced_calls + o.judge.unpriced_calls for o in outcomes),
+        "missing_answers": sum(1 for o in outcomes if o.answer is None),
+        "missing_verdicts": sum(1 for o in outcomes if o.answer is not None and o.judge_error is not None),
+        "answered": sum(1 for o in outcomes if o.answer is not None),
+        "mean_memory_bytes": sum(o.memory_bytes for o in outcomes) / max(1, len(outcomes)),
+    }
+    metrics["reader_mean_input_tokens"] = metrics["reader_input_tokens"] / max(1, reader_calls)
+    metrics["reader_cost_per_answer_usd"] = metrics["reader_cost_usd"] / max(1, len(outcomes))
+    for part, counts in failure_counts(outcomes).items():
+        metrics.update({f"{part}_failed_calls.{name}": count for name, count in counts.items()})
+    metrics["model_calls_made"] = sum(
+        o.reader.calls - o.reader.cached_calls + o.judge.calls - o.judge.cached_calls for o in outcomes
+    )
+    return {key: float(value) for key, value in metrics.items()}
+
+
+def write_csv(outcomes: list[Outcome], path: Path) -> None:
+    rows = [asdict(o) for o in outcomes]
+    flat = [{k: v for k, v in row.items() if not isinstance(v, (dict, list))} | {
+        f"{part}_{k}": v for part in ("reader", "judge") for k, v in row[part].items()
+    } | {
+        "rules_reread": " ".join(step["rule"] for step in row["steps"] if step["reread"]),
+        "rereads_failed": sum(1 for step in row["steps"] if step["reread"] and step["failed"]),
+    } for row in rows]
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(flat[0]) if flat else ["question_id"])
+        writer.writeheader()
+        writer.writerows(flat)
+
+
+def run_job(design: Design) -> dict[str, float]:
+    """Run one job of the design; returns its metrics. Progress (a bar on a terminal, a line every 30 s
+    otherwise) follows the design's `progress` for everything the job does, embedding included."""
+    from lme.progress import config_flag, enabled_as
+
+    with enabled_as(config_flag(design.progress)):
+        return _run_job(design)
+
+
+def _run_job(design: Design) -> dict[str, float]:
+    from lme.progress import progress as progress_bar
+
+    seed, name = design.seed, design.name
+    reader = design.reader.build()
+    judge = design.judge.build()  # reads and verifies the judge templates
+    preflight([reader.model, judge.model])  # every paid model's credentials, before the data is read
+    data_path, questions = load_dataset(design.dataset)
+    prereg_tags = check_run(design, data_path, questions)  # before any model call: refuses a run unlike its record
+
+    retriever = design.build_retriever()
+    builder = design.build_memory(retriever)
+    instruction, rules = design.instructions.first_pass, design.instructions.rules
+    views = design.build_views(retriever)
+    if not design.dataset.stream:  # a streamed file is read one question at a time: nothing is kept
+        builder, views = reuse_memories(design, data_path, builder, views)
+
+    out_dir = design.output_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    journal = Journal(out_dir / OUTCOMES_ARTIFACT)
+    cache = CallCache(design.cache_dir / "calls.sqlite")
+    ledger = open_ledger(design, design.job_name or str(out_dir.resolve()))  # a resumed job keeps its name
+    gateway = open_gateway(design, cache, ledger)
+
+    params = design.params()  # refuses a key-like value before any MLflow run exists
+    dataset_name = design.dataset.name
+    tracker = None
+    status, failure, stop = "FAILED", None, None
+    try:
+        if design.tracking.enabled:
+            parent = os.environ.get(PARENT_ENV)
+            tracker = JobRun(
+                design.tracking,
+                run_name=f"{name}-{dataset_name}-seed{seed}",
+                tags={
+                    "lme.role": "job",
+                    "lme.design": name,
+                    "lme.dataset": dataset_name,
+                    "lme.seed": str(seed),
+                    "lme.judge": judge.name,
+                    "lme.judge_official": str(judge.official).lower(),
+                    "lme.reader": reader.name,
+                    **prereg_tags,
+                },
+                parent_id=parent,
+            )
+            params["dataset.sha256"] = file_sha256(data_path)
+            params.update({f"instruction.{step}.sha256": digest for step, digest in design.instructions.sha256s().items()})
+            params["n_questions"] = str(len(questions))
+            params.update({f"judge.template_sha256.{k}": v for k, v in judge.digests.items()})
+            tracker.log_params(params)
+            tracker.log_text(design.config_yaml, "config.yaml")
+            for step, text in design.instruction_texts.items():
+                tracker.log_text(text + "\n", f"instructions/{step}.txt")
+            tracker.log_text("".join(f"{qid}\n" for qid in question_ids_of(questions)), "question_ids.txt")
+
+        bars = []  # the job's progress, started once the journal says how many questions are already done
+
+        def on_resume(kept: int) -> None:
+            bars.append(progress_bar(f"[{name} seed={seed}]", len(questions), "questions",
+                                     initial=min(kept, len(questions))))
+
+        def on_outcome(outcome: Outcome, done: int) -> None:
+            bars[0].update()
+            if design.verbose:
+                mark = "correct" if outcome.correct else "wrong"
+                bars[0].write(f"[{name} seed={seed}] {done}/{len(questions)} {outcome.question_id}: {mark}")
+
+        try:
+            outcomes = asyncio.run(
+                run_questions(
+                    questions, builder, reader, instruction, judge, gateway, seed, journal,
+                    concurrency=design.concurrency, on_outcome=on_outcome, on_resume=on_resume, rules=rules,
+                    views=views,
+                )
+            )
+        finally:
+            for bar in bars:
+                bar.close()
+        types = {o.question_id: o.question_type for o in outcomes}
+        correct = {o.question_id: o.correct for o in outcomes}
+        abstention = {o.question_id for o in outcomes if o.abstention}
+        metrics = run_measures(correct, types, abstention).as_metrics() | cost_metrics(outcomes)
+        metrics |= run_step_metrics([asdict(o) for o in outcomes])
+        write_csv(outcomes, out_dir / "outcomes.csv")
+        (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        if tracker is not None:
+            tracker.log_metrics(metrics)
+            tracker.log_artifact(journal.path)
+            tracker.log_artifact(out_dir / "outcomes.csv")
+        failure = incomplete_note(metrics)
+        status = "FAILED" if failure else "FINISHED"
+    except BudgetExhausted as exc:  # a cap: what finished is journaled; say how to resume
+        status, failure = "KILLED", str(exc)
+        stop = (EXIT_BUDGET, budget_stop_message(exc, len(journal.read()), len(questions), out_dir, design.launch))
+    except SystemicFailure as exc:  # no retry can fix it: nothing more is sent
+        failure = str(exc)
+        stop = (EXIT_SYSTEMIC, systemic_stop_message(exc, len(journal.read()), len(questions), out_dir, design.launch))
+    except KeyboardInterrupt:
+        status, failure = "KILLED", "interrupted (Ctrl-C)"
+        stop = (EXIT_INTERRUPTED, interrupted_message(len(journal.read()), len(questions), out_dir, design.launch))
+    finally:
+        if tracker is not None:
+            tracker.finish(status, failure)
+        cache.close()
+        ledger.close()
+    if stop is not None:
+        print(stop[1], file=sys.stderr, flush=True)
+        note_stop(status, failure or "stopped")  # a multirun parent ends with the job's reason
+        raise SystemExit(stop[0])
+    print_summary(name, seed, judge.name, judge.official, metrics, out_dir, tracker.run_id if tracker else None)
+    if failure:
+        INCOMPLETE_JOBS.append(f"design {name}, seed {seed}: {failure}")
+        print(f"lme: {failure}; rerun the same command with hydra.run.dir={out_dir} to ask for exactly those "
+              f"(exit status {EXIT_INCOMPLETE}).", file=sys.stderr, flush=True)
+    return metrics
+
+
+INCOMPLETE_JOBS: list[str] = []  # jobs of this process that finished with missing answers or verdicts
+
+
+def incomplete_note(metrics: Mapping[str, float]) -> str | None:
+    """Why a finished job is incomplete (answers or verdicts missing), or None."""
+    missing = int(metrics.get("missing_answers", 0))
+    unjudged = int(metrics.get("missing_verdicts", 0))
+    parts = []
+    if missing:
+        parts.append(f"{missing} answer{'s' if missing != 1 else ''} missing")
+    if unjudged:
+        parts.append(f"{unjudged} verdict{'s' if unjudged != 1 else ''} missing")
+    return ", ".join(parts) or None
+
+
+def failure_counts(outcomes: list[Outcome]) -> dict[str, Counter[str]]:
+    """Failed reader and judge calls by error class, over every step."""
+    counts: dict[str, Counter[str]] = {"reader": Counter(), "judge": Counter()}
+    for outcome in outcomes:
+        for step in outcome.steps:
+            if step.failed and (step.reread or step.rule == FIRST_PASS):
+                counts["reader"][error_class(step.error)] += 1
+            if step.judge_error:
+                counts["judge"][error_class(step.judge_error)] += 1
+    return counts
+
+
+def failures_line(metrics: Mapping[str, float]) -> str:
+    """`3 reader calls and 1 judge call failed (TimeoutError); 2 answers missing` ('' when nothing failed);
+    the error classes come from the metrics `reader_failed_calls.<class>` and `judge_failed_calls.<class>`."""
+    reader, judge = int(metrics.get("reader_failed_calls", 0)), int(metrics.get("judge_failed_calls", 0))
+    classes = {part: [key.split(".", 1)[1] for key, value in metrics.items()
+                      if key.startswith(f"{part}_failed_calls.") and value] for part in ("reader", "judge")}
+    parts = []
+    if reader:
+        parts.append(f"{reader} reader call{'s' if reader != 1 else ''}")
+    if judge:
+        parts.append(f"{judge} judge call{'s' if judge != 1 else ''}")
+    text = ""
+    if parts:
+        names = sorted({name for part in classes.values() for name in part})
+        text = " and ".join(parts) + " failed" + (f" ({', '.join(names)})" if names else "")
+    missing = incomplete_note(metrics)
+    if missing:
+        text = f"{text}; {missing}" if text else missing
+    return text
+
+
+def print_summary(design: str, seed: int, judge: str, official: bool, metrics: Mapping[str, float],
+                   out_dir: Path, run_id: str | None) -> None:
+    judge_note = "" if official else " (offline stand-in, not the LongMemEval judge)"
+    failures = failures_line(metrics)
+    lines = [
+        f"design {design}, seed {seed}: accuracy {metrics['accuracy']:.3f} "
+        f"({int(metrics['n_correct'])}/{int(metrics['n_questions'])})"
+        + (f"; {failures}" if failures else "")
+        + f"; task-averaged {metrics['task_averaged_accuracy']:.3f}; judge {judge}{judge_note}",
+        f"  model calls made {int(metrics['model_calls_made'])}, reader cost ${metrics['reader_cost_usd']:.4f}, "
+        f"judge cost ${metrics['judge_cost_usd']:.4f}; outcomes in {out_dir}"
+        + (f"; MLflow run {run_id}" if run_id else ""),
+    ]
+    print("\n".join(lines), flush=True)

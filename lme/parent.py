@@ -1,0 +1,125 @@
+"""The multirun parent's own stages, once its jobs have finished (`lme.multirun.MultirunParent` calls
+`after_multirun`): the per-step table of every design's runs (`steps.json`), and, for a design that sets
+`arbiter`, the arbiter over its runs' disagreements.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from typing import Any
+
+from lme.answer.rules import FIRST_PASS_VIEW
+from lme.data.dataset import load_dataset
+from lme.design import Design
+from lme.errors import LmeError
+from lme.hashing import sha256_text
+from lme.job import open_gateway, open_ledger
+from lme.models.cache import CallCache
+from lme.tracking import JobRun, TrackingSettings
+
+
+def _children_rows(settings: TrackingSettings, parent_id: str) -> dict[str, list[tuple[str, list[dict[str, Any]]]]]:
+    """Design -> [(seed, journal rows)] of the parent's finished jobs, in seed order."""
+    from lme.tracking import client_for, experiment_id, read_outcome_rows
+
+    client = client_for(settings)
+    children = client.search_runs(
+        [experiment_id(settings)], filter_string=f"tags.mlflow.parentRunId = '{parent_id}'", max_results=10_000
+    )
+    groups: dict[str, list[tuple[str, list[dict[str, Any]]]]] = {}
+    for child in children:
+        if child.info.status != "FINISHED" or child.data.tags.get("lme.role", "job") != "job":
+            continue
+        rows = read_outcome_rows(settings, child.info.run_id)
+        if rows is not None:
+            design = child.data.tags.get("lme.design", "default")
+            groups.setdefault(design, []).append((child.data.tags.get("lme.seed", "?"), rows))
+    for runs in groups.values():
+        runs.sort(key=lambda run: _seed_order(run[0]))
+    return groups
+
+
+def _seed_order(seed: str) -> tuple[int, int, str]:
+    """Numeric seeds in numeric order, then any other tag."""
+    try:
+        return (0, int(seed), seed)
+    except ValueError:
+        return (1, 0, seed)
+
+
+def run_arbiter(
+    design: Design, runs: list[list[dict[str, Any]]], seeds: list[str], index: int
+) -> tuple[list[Any], dict[str, Any], dict[str, float], str]:
+    """The arbiter stage (`lme.arbiter`) of `design` over its finished runs.
+
+    Returns (outcomes, its per-step row, parent metrics, its instruction). The arbiter's calls are
+    keyed by the lowest seed of the runs."""
+    from lme.arbiter import arbiter_step, arbitrate, final_answers
+
+    spec = design.arbiter
+    assert spec is not None
+    view, instruction = spec.view, spec.instruction
+    answers = final_answers(runs)
+    _, questions = load_dataset(design.dataset)
+    retriever = design.build_retriever()
+    builder = design.build_memory(retriever) if view == FIRST_PASS_VIEW else design.build_view(retriever)
+    numeric = [int(seed) for seed in seeds if _seed_order(seed)[0] == 0]
+    seed = min(numeric) if numeric else design.seed
+    cache = CallCache(design.cache_dir / "calls.sqlite")
+    ledger = open_ledger(design, f"arbiter:{design.name}")
+    try:
+        outcomes = asyncio.run(arbitrate(
+            questions, answers, builder, design.reader.build(), instruction, design.judge.build(),
+            open_gateway(design, cache, ledger), seed, concurrency=design.concurrency,
+        ))
+    finally:
+        cache.close()
+        ledger.close()
+    row = arbiter_step(runs, outcomes, index, view)
+    metrics = {f"arbiter.{key}": float(row[key]) for key in (
+        "questions_chosen", "failed", "mean_accuracy", "majority_count", "majority_accuracy", "fixed", "broken",
+        "reader_calls", "reader_cost_usd", "judge_cost_usd")}
+    return outcomes, row, metrics, instruction
+
+
+def after_multirun(design: Design, parent: JobRun, settings: TrackingSettings) -> bool:
+    """The multirun parent's stages once its jobs have finished (called by `lme.multirun.MultirunParent`):
+
+    - `steps.json`: per design, the per-step table of its runs (`lme.measures.step_table`);
+    - when the design sets `arbiter` (+design=pipeline_arbiter), the arbiter over its runs, logged
+      as `arbiter/outcomes.jsonl`, `instructions/arbiter.txt`, metrics `arbiter.*` and a last row
+      of the design's steps.
+
+    Returns False (after saying why on stderr) when a stage failed."""
+    from lme.answer.steps import steps_table
+
+    try:
+        groups = _children_rows(settings, parent.run_id)
+        report: dict[str, Any] = {"designs": {}}
+        for name, seeded in sorted(groups.items()):
+            seeds = [seed for seed, _ in seeded]
+            runs = [rows for _, rows in seeded]
+            table = steps_table(runs)
+            if design.arbiter is not None and name == design.name:
+                if len(runs) < 2:
+                    print(f"lme: warning: design {name}: the arbiter needs at least 2 runs, found {len(runs)}.",
+                          file=sys.stderr, flush=True)
+                else:
+                    outcomes, row, metrics, instruction = run_arbiter(design, runs, seeds, len(table))
+                    table.append(row)
+                    parent.log_metrics(metrics)
+                    parent.log_params({"instruction.arbiter.sha256": sha256_text(instruction)})
+                    parent.log_text(instruction + "\n", "instructions/arbiter.txt")
+                    parent.log_text("".join(o.to_json() + "\n" for o in outcomes), "arbiter/outcomes.jsonl")
+                    print(f"arbiter, design {name}: {row['questions_chosen']} of {len(outcomes)} questions "
+                          f"disagreed across {len(runs)} runs, {row['failed'] // len(runs)} arbiter calls failed; "
+                          f"answers fixed {row['fixed']}, broken {row['broken']}, mean of runs after "
+                          f"{row['mean_accuracy']:.3f}; MLflow parent run {parent.run_id}", flush=True)
+            report["designs"][name] = {"seeds": seeds, "n_runs": len(runs), "steps": table}
+        parent.log_text(json.dumps(report, indent=2, sort_keys=True), "steps.json")
+    except LmeError as exc:
+        print(f"lme: error: after the multirun: {exc}", file=sys.stderr, flush=True)
+        return False
+    return True
