@@ -102,3 +102,59 @@ def config_error_message(exc: BaseException) -> str:
     if not rest and not head.endswith((".", "?", "!")):
         head += "."
     return "\n".join([head, *rest])
+
+
+# -- the configs a command line can compose, checked before Hydra writes .hydra/config.yaml --
+
+# Flags that make Hydra compose another primary config than lme's: the check leaves those runs to `run_job`.
+_OTHER_PRIMARY = ("-cn", "--config-name", "-cp", "--config-path", "-cd", "--config-dir", "--experimental-rerun",
+                  "-sc", "--shell-completion")
+MAX_COMPOSITIONS = 24
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def override_combinations(arguments: Sequence[str], every_value: bool = False) -> list[list[str]] | None:
+    """The override lists whose composed configs cover every config file a run or multirun of these
+    arguments can load: each sweep over a group (`+design=a,b`) is taken one value at a time, the other sweeps
+    at their first value (numbers and dotted keys load no file, so only their first value is composed, unless
+    `every_value`: then every value of every sweep is taken once, for checking each value). None when the run composes another primary config (`--config-name`, `--config-dir`, ...)."""
+    if any(str(arg).split("=", 1)[0] in _OTHER_PRIMARY for arg in arguments):
+        return None
+    overrides = [arg for arg in arguments if ("=" in arg or arg.startswith("~")) and not arg.startswith("-")]
+    try:
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        parser = OverridesParser.create()
+        parsed = [parser.parse_override(arg) for arg in overrides]
+    except Exception:  # Hydra reports an override it cannot parse
+        return [overrides]
+    base: list[str] = []
+    sweeps: list[tuple[int, str, list[str]]] = []
+    for text, override in zip(overrides, parsed):
+        if not override.is_sweep_override():
+            base.append(text)
+            continue
+        try:
+            values = list(override.sweep_string_iterator())
+        except Exception:  # glob(...) needs the config repository: left to run_job's check
+            values = []
+        if not values:
+            continue
+        key = override.get_key_element()
+        base.append(f"{key}={values[0]}")
+        if every_value or ("." not in override.key_or_group and not all(_is_number(value) for value in values)):
+            sweeps.append((len(base) - 1, key, values[1:]))
+    combinations = [base]
+    for index, key, rest in sweeps:
+        for value in rest:
+            combination = list(base)
+            combination[index] = f"{key}={value}"
+            combinations.append(combination)
+    return combinations[:MAX_COMPOSITIONS]

@@ -300,7 +300,8 @@ def design_from_config(cfg: Any, *, check: bool = True) -> Design:
     view = Component("view", frozen(container["view"])) if isinstance(container.get("view"), Mapping) else None
     instructions = compose_instructions(node("instructions"), container.get("rules"), view)
     memory = Component("memory", frozen(container.get("memory") or {}))
-    check_paragraphs(instructions, memory, view, container.get("design_name"))
+    arbiter = arbiter_spec(container.get("arbiter"), instructions, view)
+    check_paragraphs(instructions, memory, view, arbiter, container.get("design_name"))
     judge = node("judge")
     reader = node("reader")
     dataset_spec = DatasetSpec(
@@ -333,7 +334,7 @@ def design_from_config(cfg: Any, *, check: bool = True) -> Design:
             templates=frozen(judge["templates"]) if judge.get("templates") else None,
         ),
         instructions=instructions,
-        arbiter=arbiter_spec(container.get("arbiter"), instructions, view),
+        arbiter=arbiter,
         budget=Budget.from_config(budget),
         ledger_path=Path(str(budget.get("ledger_path", Path(str(container.get("cache_dir", ".lme_cache")))
                                         / "ledger.sqlite"))),
@@ -399,7 +400,8 @@ def arbiter_spec(node: Any, instructions: Instructions, view: Component | None) 
     return ArbiterSpec(view=name, paragraphs=paragraphs, instruction=instructions.compose(paragraphs))
 
 
-def check_paragraphs(instructions: Instructions, memory: Component, view: Component | None, design: Any) -> None:
+def check_paragraphs(instructions: Instructions, memory: Component, view: Component | None,
+                     arbiter: ArbiterSpec | None, design: Any) -> None:
     """Refuse a design whose instruction describes another memory than the one its step reads (the user-log
     paragraph over `memory=retrieved`): lme's own builders and the design's declare their paragraphs."""
     from lme.memory.paragraphs import LME_BUILDERS, paragraph_mismatch
@@ -408,6 +410,8 @@ def check_paragraphs(instructions: Instructions, memory: Component, view: Compon
     reads = {FIRST_PASS_VIEW: memory, **({view.name: view} if view is not None else {})}
     steps = [(FIRST_PASS, memory, instructions.first_pass_paragraphs)]
     steps += [(step.rule.name, reads.get(step.rule.view, memory), step.rule.paragraphs) for step in instructions.rules]
+    if arbiter is not None:
+        steps.append(("arbiter", reads.get(arbiter.view, memory), arbiter.paragraphs))
     for step, component, paragraphs in steps:
         others = [target for target in targets if target != component.target]
         problem = paragraph_mismatch(step, component.name, component.target, list(paragraphs), others)

@@ -25,11 +25,11 @@ from lme import secrets
 from lme.cli import CONF_DIR, compose_config, main
 from lme.errors import LmeError
 from lme.resume import resume_command
+from lme.compose import override_combinations
 from lme.secrets import (
     find_secrets,
     holds_a_key,
     looks_like_a_key,
-    override_combinations,
     redact,
     refuse_secret_arguments,
     refuse_secrets,

@@ -114,7 +114,8 @@ def check_config_before_hydra(args: Sequence[str]) -> None:
     value, or a step whose paragraphs describe another memory than it reads, stops with one sentence and exit 2 before any directory or MLflow run exists; a config that does
     not compose is left to Hydra, which lists the valid options."""
     from lme.design import design_from_config
-    from lme.secrets import override_combinations, refuse_secrets
+    from lme.compose import override_combinations
+    from lme.secrets import refuse_secrets
 
     for overrides in override_combinations(args, every_value=True) or []:
         try:
