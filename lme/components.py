@@ -1,4 +1,4 @@
-"""Config nodes -> components, with construction errors reported as one sentence."""
+"""Config nodes -> components, with construction errors reported as one sentence (`lme.design.Component.build`)."""
 
 from __future__ import annotations
 
@@ -38,15 +38,3 @@ def _reason(node: Any, exc: Exception) -> str:
         detail = " ".join(lines) or type(exc).__name__
     where = f"cannot build {target}: " if target and str(target) not in detail else ""
     return f"{where}{detail.rstrip('.?! ')}."
-
-
-def build_retriever(cfg: Any) -> Any:
-    return build(cfg.retriever, "retriever")
-
-
-def build_memory(cfg: Any, retriever: Any) -> Any:
-    return build(cfg.memory, "memory", retriever=retriever)
-
-
-def build_view(cfg: Any, retriever: Any) -> Any:
-    return build(cfg.view, "view", retriever=retriever)

@@ -278,19 +278,26 @@ def resolved(cfg: Any) -> dict[str, Any]:
     return container
 
 
-def design_from_config(cfg: Any, *, check: bool = True) -> Design:
+def design_from_config(cfg: Any, *, check: bool = True, data: bool = True) -> Design:
     """The `Design` of a composed config. With `check`, the config is first refused if it holds a secret
-    and checked value by value (`lme.config_check`); then the instructions are composed and every step's
-    paragraphs checked against the memory it reads."""
-    from omegaconf import OmegaConf
-
+    and checked value by value (`lme.config_check`; `data=False` leaves the data file to the command that
+    reads it); then the instructions are composed and every step's paragraphs checked against the memory
+    it reads. Anything wrong is one `LmeError` sentence."""
     container = resolved(cfg)
     if check:
         from lme.config_check import validate_config
         from lme.secrets import refuse_secrets
 
         refuse_secrets(container, "the composed config")  # before any file or MLflow run is written
-        validate_config(cfg)  # every value checked against its rule, in one sentence, before anything runs
+        validate_config(cfg, data=data)  # every value checked against its rule, in one sentence, before anything runs
+    try:
+        return _design(cfg, container)
+    except (TypeError, ValueError) as exc:  # a value of the wrong kind that no check caught (check=False)
+        raise LmeError(f"config: {first_line(exc)}.".replace("..", ".")) from None
+
+
+def _design(cfg: Any, container: dict[str, Any]) -> Design:
+    from omegaconf import OmegaConf
 
     def node(key: str) -> Mapping[str, Any]:
         value = container.get(key)
@@ -459,8 +466,9 @@ def launch() -> Launch:
 
 
 def compose_design(overrides: Sequence[str], *, check: bool = False) -> Design:
-    """The design a run with these overrides would get (for the subcommands; `check`: also every value
-    against its rule, as a run checks them)."""
+    """The design a run with these overrides would get, for the subcommands (`check`: every value against its
+    rule as a run checks them, the data file aside, which the command that reads it reports). Unchecked,
+    the instructions and paragraphs are still checked, and a value of the wrong kind is still one sentence."""
     from lme.compose import compose_config
 
-    return design_from_config(compose_config(overrides), check=check)
+    return design_from_config(compose_config(overrides), check=check, data=False)

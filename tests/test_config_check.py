@@ -309,17 +309,17 @@ def test_a_key_like_value_is_never_shown(base: DictConfig) -> None:
 
 
 def test_a_component_that_refuses_its_config_says_why(base: DictConfig) -> None:
-    from lme.components import build_memory, build_retriever
+    from lme.design import design_from_config
 
     cfg = with_values(base, memory__max_bytes=-5)
     with pytest.raises(LmeError) as caught:
-        build_memory(cfg, retriever=None)
+        design_from_config(cfg, check=False).build_memory(retriever=None)
     assert str(caught.value) == (
         "memory config: cannot build lme.memory.retrieved.RetrievedMemoryBuilder: max_bytes must be >= 0, got -5."
     )
     cfg = with_values(base, retriever__top_k=3)
     with pytest.raises(LmeError) as caught:
-        build_retriever(cfg)
+        design_from_config(cfg, check=False).build_retriever()
     assert str(caught.value) == (
         "retriever config: cannot build lme.retrieval.fts5.FTS5Retriever: TypeError: "
         "FTS5Retriever.__init__() got an unexpected keyword argument 'top_k'."
