@@ -217,6 +217,8 @@ class Design:
     progress: bool | str
     prereg: str | None  # the preregistration record a job is checked against
     launch: Launch = Launch()
+    choices: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # group -> chosen option
+    changed: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))  # key -> value unlike its file
 
     # -- components, built on demand --------------------------------------------------------------
 
@@ -245,10 +247,24 @@ class Design:
         return self.instructions.texts
 
     def params(self) -> dict[str, str]:
-        """MLflow params of the composed config (secrets refused, long texts hashed)."""
+        """MLflow params: what defines the design, tens not hundreds (the whole config is an artifact): its
+        name and digest, each group's chosen option, the values that differ from the option files they come
+        from (run-only keys aside), the models and the dataset. Without Hydra's choices (a subcommand), every
+        value of the config. Secrets are refused, long texts hashed (`lme.tracking.params_from_config`)."""
         from lme.tracking import params_from_config
 
-        return params_from_config(plain(self.config))
+        if not self.choices:
+            return params_from_config(plain(self.config))
+        changed = {key: value for key, value in self.changed.items() if not run_only(key) and key != "design_name"}
+        return {
+            "design": self.name,
+            "design.sha256": self.config_sha256,
+            **{f"choice.{group}": option for group, option in sorted(self.choices.items())},
+            **params_from_config(plain(changed)),
+            "reader.model": str(self.reader.model.node.get("model", "")),
+            "judge.model": str(self.judge.model.node.get("model", "")),
+            "dataset.name": self.dataset.name,
+        }
 
 
 def known_views(view: Component | None) -> list[str]:
@@ -298,6 +314,8 @@ def design_from_config(cfg: Any, *, check: bool = True, data: bool = True) -> De
 
 def _design(cfg: Any, container: dict[str, Any]) -> Design:
     from omegaconf import OmegaConf
+
+    choices = group_choices(cfg)
 
     def node(key: str) -> Mapping[str, Any]:
         value = container.get(key)
@@ -357,7 +375,100 @@ def _design(cfg: Any, container: dict[str, Any]) -> Design:
         progress=container.get("progress", True),
         prereg=str(container["prereg"]) if container.get("prereg") else None,
         launch=launch(),
+        choices=frozen(choices),
+        changed=frozen(changed_values(cfg, container, choices, config_roots())) if choices else MappingProxyType({}),
     )
+
+
+def run_only(key: str) -> bool:
+    """Whether a dotted config key says how or where a run happens (`RUN_ONLY_PATHS`, `RUN_ONLY_LEAVES`)."""
+    parts = key.split(".")
+    return any(".".join(parts[:n]) in RUN_ONLY_PATHS for n in range(1, len(parts) + 1)) or any(
+        part.split("[")[0] in RUN_ONLY_LEAVES for part in parts)
+
+
+def group_choices(cfg: Any) -> dict[str, str]:
+    """Each config group's chosen option in this Hydra run (`hydra.runtime.choices`; Hydra's own groups
+    aside); {} outside a Hydra run or callback (a subcommand's composition)."""
+    choices: Any = None
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        choices = HydraConfig.get().runtime.choices
+    except ValueError:
+        hydra = cfg.get("hydra") if hasattr(cfg, "get") else None
+        choices = hydra.runtime.choices if hydra is not None and "runtime" in hydra else None
+    return {str(group): str(option) for group, option in (choices or {}).items()
+            if option is not None and not str(group).startswith("hydra")}
+
+
+def config_roots() -> list[Path]:
+    """The folders configs come from: the config root and any on `hydra.searchpath` (in a Hydra run)."""
+    from lme import CONF_DIR
+
+    roots = [CONF_DIR]
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        for source in HydraConfig.get().runtime.config_sources:
+            if source.schema == "file" and Path(source.path) not in roots:
+                roots.append(Path(source.path))
+    except ValueError:
+        pass
+    return roots
+
+
+def changed_values(cfg: Any, container: Mapping[str, Any], choices: Mapping[str, str],
+                   roots: Sequence[Path]) -> dict[str, Any]:
+    """Dotted key -> resolved value of every leaf of the composed config that is not what the file it comes
+    from says: a group's leaves against its chosen option's file, the primary keys against config.yaml.
+    Compared as written (interpolations unresolved), so `dataset.path=/x` differs from `${data_dir}/...`; a
+    group whose option file is global (`@package _global_`) or cannot be found counts as all changed."""
+    from omegaconf import OmegaConf
+
+    def load(relative: str) -> dict[str, Any] | None:
+        """An option file as written; the same group's options its defaults list places (`fts5@retrievers.bm25`)
+        merged in under their package, its own keys last."""
+        for root in roots:
+            path = root / relative
+            if path.is_file():
+                text = path.read_text(encoding="utf-8")
+                if "@package _global_" in text:
+                    return None
+                node = OmegaConf.create(text)
+                merged = OmegaConf.create({})
+                for entry in node.pop("defaults", None) or []:
+                    name, _, package = str(entry).partition("@")
+                    if not isinstance(entry, str) or entry == "_self_" or " " in name or "/" in name:
+                        continue
+                    part = load(f"{Path(relative).parent}/{name}.yaml")
+                    if part is None:
+                        return None
+                    placed = OmegaConf.create({})
+                    if package:
+                        OmegaConf.update(placed, package, part, force_add=True)
+                    else:
+                        placed = OmegaConf.create(part)
+                    merged = OmegaConf.merge(merged, placed)
+                return OmegaConf.to_container(OmegaConf.merge(merged, node), resolve=False)  # type: ignore[return-value]
+        return None
+
+    written = OmegaConf.to_container(cfg, resolve=False)
+    assert isinstance(written, dict)
+    written.pop("hydra", None)
+    primary = load("config.yaml") or {}
+    changed: dict[str, Any] = {}
+    for key, value in written.items():
+        if key in choices and isinstance(value, Mapping):
+            base = load(f"{key}/{choices[key]}.yaml")
+            mine, theirs = dict(_flat(value, f"{key}.")), dict(_flat(base, f"{key}.")) if base is not None else {}
+        else:
+            mine, theirs = dict(_flat({key: value})), dict(_flat({key: primary[key]})) if key in primary else {}
+        resolved_leaves = dict(_flat({key: container.get(key)}))
+        for leaf, text in mine.items():
+            if leaf not in theirs or theirs[leaf] != text:
+                changed[leaf] = resolved_leaves.get(leaf, text)
+    return changed
 
 
 def design_digest(container: Mapping[str, Any]) -> str:
@@ -368,6 +479,13 @@ def design_digest(container: Mapping[str, Any]) -> str:
         bad = next((path for path, value in _leaves(canonical_design(container))
                     if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf")))), "?")
         raise LmeError(f"config {bad}: NaN or infinity is not a value a design can hold; quote it if it is text.") from None
+
+
+def _flat(node: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """(dotted key, value) of every leaf of a mapping; a list is one value."""
+    if isinstance(node, Mapping):
+        return [leaf for key, value in node.items() for leaf in _flat(value, f"{prefix}{key}.")]
+    return [(prefix.rstrip("."), node)]
 
 
 def _leaves(node: Any, prefix: str = "") -> list[tuple[str, Any]]:

@@ -24,7 +24,7 @@ from lme.answer.steps import run_step_metrics
 from lme.data.dataset import load_dataset, question_ids_of
 from lme.design import Design, plain
 from lme.errors import EXIT_BUDGET, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_SYSTEMIC
-from lme.hashing import file_sha256
+from lme.hashing import file_sha256, sha256_json
 from lme.measures import run_measures
 from lme.models.cache import CallCache
 from lme.models.gateway import Gateway, SystemicFailure, preflight
@@ -32,7 +32,7 @@ from lme.models.ledger import BudgetExhausted, Ledger
 from lme.prereg import check_run
 from lme.resume import budget_stop_message, interrupted_message, systemic_stop_message
 from lme.run import FIRST_PASS, Journal, Outcome, error_class, run_questions
-from lme.tracking import OUTCOMES_ARTIFACT, PARENT_ENV, JobRun, note_stop
+from lme.tracking import OUTCOMES_ARTIFACT, PARENT_ENV, DataInput, JobRun, note_stop
 
 
 def open_ledger(design: Design, job: str) -> Ledger:
@@ -94,6 +94,25 @@ def cost_metrics(outcomes: list[Outcome]) -> dict[str, float]:
         o.reader.calls - o.reader.cached_calls + o.judge.calls - o.judge.cached_calls for o in outcomes
     )
     return {key: float(value) for key, value in metrics.items()}
+
+
+OUTCOMES_TABLE = "tables/outcomes.json"  # the per-question table, viewable in MLflow's artifact view
+
+
+def outcome_table(outcomes: list[Outcome]) -> list[dict[str, Any]]:
+    """One row per question: id, type, answer, verdict, the re-reads taken, tokens and dollars."""
+    return [{
+        "question_id": o.question_id,
+        "question_type": o.question_type,
+        "answer": o.answer,
+        "verdict": None if o.answer is None or o.judge_error else ("correct" if o.correct else "wrong"),
+        "rereads": " ".join(step.rule for step in o.steps if step.reread),
+        "reader_input_tokens": o.reader.input_tokens,
+        "reader_output_tokens": o.reader.output_tokens,
+        "judge_input_tokens": o.judge.input_tokens,
+        "cost_usd": round(o.reader.cost_usd + o.judge.cost_usd, 8),
+        "memory_bytes": o.memory_bytes,
+    } for o in outcomes]
 
 
 def write_csv(outcomes: list[Outcome], path: Path) -> None:
@@ -173,7 +192,9 @@ def _run_job(design: Design) -> dict[str, float]:
             tracker.log_text(design.config_yaml, "config.yaml")
             for step, text in design.instruction_texts.items():
                 tracker.log_text(text + "\n", f"instructions/{step}.txt")
-            tracker.log_text("".join(f"{qid}\n" for qid in question_ids_of(questions)), "question_ids.txt")
+            ids = question_ids_of(questions)
+            tracker.log_text("".join(f"{qid}\n" for qid in ids), "question_ids.txt")
+            tracker.log_dataset(DataInput(dataset_name, data_path, params["dataset.sha256"], len(ids), sha256_json(ids)))
 
         bars = []  # the job's progress, started once the journal says how many questions are already done
 
@@ -209,6 +230,7 @@ def _run_job(design: Design) -> dict[str, float]:
             tracker.log_metrics(metrics)
             tracker.log_artifact(journal.path)
             tracker.log_artifact(out_dir / "outcomes.csv")
+            tracker.log_table(outcome_table(outcomes), OUTCOMES_TABLE)
         failure = incomplete_note(metrics)
         status = "FAILED" if failure else "FINISHED"
     except BudgetExhausted as exc:  # a cap: what finished is journaled; say how to resume

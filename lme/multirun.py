@@ -22,6 +22,7 @@ from typing import Any
 
 import lme.tracking as tracking  # STOPPED and FAILED_STUDIES are read at call time
 from lme.tracking import (
+    ACROSS_SEEDS_TABLE,
     MAX_PARAM_CHARS,
     FORWARDED_ENV,
     PARENT_ENV,
@@ -137,7 +138,10 @@ class MultirunParent(_HydraCallback):
         try:
             metrics, summary = summarise_children(self.settings, self.parent.run_id)
             self.parent.log_metrics(metrics)
+            table = summary.pop("table", [])
             self.parent.log_text(json.dumps({"metrics": metrics, **summary}, indent=2, sort_keys=True), "across_runs.json")
+            if table:
+                self.parent.log_table(table, ACROSS_SEEDS_TABLE)
             if metrics.get("n_failed_runs"):
                 status, failure = "FAILED", f"{int(metrics['n_failed_runs'])} job(s) failed or are incomplete"
             from lme.parent import after_multirun  # the parent's own stages: steps.json, the arbiter

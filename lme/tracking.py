@@ -18,7 +18,7 @@ import os
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -149,6 +149,20 @@ def experiment_id(settings: TrackingSettings) -> str:
         return experiment.experiment_id
 
 
+DATASET_DIGEST_CHARS = 12  # the Dataset column's digest: the file's SHA-256, shortened (the profile holds all of it)
+
+
+@dataclass(frozen=True)
+class DataInput:
+    """What a job read: the data file, its digest, and the questions selected from it."""
+
+    name: str
+    path: Path
+    sha256: str
+    n_questions: int
+    question_ids_sha256: str
+
+
 class JobRun:
     """One MLflow run, written through the client."""
 
@@ -183,6 +197,28 @@ class JobRun:
 
     def log_text(self, text: str, artifact_file: str) -> None:
         self.client.log_text(self.run_id, text, artifact_file)
+
+    def log_dataset(self, data: DataInput) -> None:
+        """The job's input as an MLflow dataset: the runs table's Dataset column shows it, and runs can be
+        filtered by it (`dataset.name = 's'`, `dataset.digest = '...'`)."""
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+
+        dataset = Dataset(
+            name=data.name,
+            digest=data.sha256[:DATASET_DIGEST_CHARS],
+            source_type="local",
+            source=json.dumps({"uri": str(data.path)}),
+            profile=json.dumps({"num_questions": data.n_questions, "sha256": data.sha256,
+                                "question_ids_sha256": data.question_ids_sha256}),
+        )
+        self.client.log_inputs(self.run_id, datasets=[
+            DatasetInput(dataset, tags=[InputTag("mlflow.data.context", "evaluation")])])
+
+    def log_table(self, rows: Sequence[Mapping[str, Any]], artifact_file: str) -> None:
+        """Rows (one mapping each, the same keys) as an MLflow table artifact, viewable in the UI."""
+        columns = list(rows[0]) if rows else []
+        self.client.log_table(self.run_id, {column: [row.get(column) for row in rows] for column in columns},
+                              artifact_file)
 
     def finish(self, status: str = "FINISHED", failure: str | None = None) -> None:
         """End the run; `failure` (why it failed or stopped) goes into the tag `lme.failure`."""
@@ -274,8 +310,35 @@ def across_seed_metrics(groups: Mapping[str, list[list[dict[str, Any]]]]) -> dic
     return metrics
 
 
+ACROSS_SEEDS_TABLE = "tables/across_seeds.json"  # the parent's per-question table: each seed's verdict, majority
+
+
+def across_seed_table(runs: Mapping[str, Sequence[tuple[str, Sequence[Mapping[str, Any]]]]]) -> list[dict[str, Any]]:
+    """Design -> [(seed, journal rows)] as one row per design and question: its type, the verdict of each seed
+    (`seed 1`: correct | wrong | missing), how many runs were correct, and the majority verdict (correct in
+    more than half of the runs)."""
+    table: list[dict[str, Any]] = []
+    for design, seeded in sorted(runs.items()):
+        seeds = [seed for seed, _ in seeded]
+        verdicts: dict[str, dict[str, str]] = {}
+        types: dict[str, str] = {}
+        for seed, rows in seeded:
+            for row in rows:
+                qid = str(row["question_id"])
+                types.setdefault(qid, str(row.get("question_type", "")))
+                missing = row.get("answer") is None or row.get("judge_error")
+                verdicts.setdefault(qid, {})[seed] = "missing" if missing else ("correct" if row["correct"] else "wrong")
+        for qid, by_seed in verdicts.items():
+            correct = sum(1 for verdict in by_seed.values() if verdict == "correct")
+            table.append({"design": design, "question_id": qid, "question_type": types[qid],
+                          **{f"seed {seed}": by_seed.get(seed, "missing") for seed in seeds},
+                          "runs_correct": correct, "majority": "correct" if 2 * correct > len(seeds) else "wrong"})
+    return table
+
+
 def summarise_children(settings: TrackingSettings, parent_id: str) -> tuple[dict[str, float], dict[str, Any]]:
-    """Read every finished child of `parent_id` and compute the across-seed measures."""
+    """Read every finished child of `parent_id` and compute the across-seed measures; the summary's
+    `table` is `across_seed_table` of the children."""
     client = client_for(settings)
     children = client.search_runs(
         [experiment_id(settings)], filter_string=f"tags.mlflow.parentRunId = '{parent_id}'", max_results=10_000
@@ -293,7 +356,9 @@ def summarise_children(settings: TrackingSettings, parent_id: str) -> tuple[dict
         seeds[design].append(child.data.tags.get("lme.seed", "?"))
     metrics = across_seed_metrics(groups)
     metrics["n_failed_runs"] = float(failed)
-    summary = {"designs": {design: {"seeds": seeds[design], "n_runs": len(groups[design])} for design in groups}}
+    summary: dict[str, Any] = {
+        "designs": {design: {"seeds": seeds[design], "n_runs": len(groups[design])} for design in groups}}
+    summary["table"] = across_seed_table({design: list(zip(seeds[design], groups[design])) for design in groups})
     return metrics, summary
 
 

@@ -140,3 +140,16 @@ def test_a_users_own_design_and_instruction_texts_from_another_folder(tmp_path, 
         "# @package _global_\ndefaults:\n  - override /instructions: pipeline\ndesign_name: mine\n", "utf-8")
     with pytest.raises(LmeError, match='design mine: step first_pass reads memory "retrieved"'):
         compose_design([f"hydra.searchpath=[file://{mine}]", "+design=mine"])
+
+
+def test_changed_values_are_what_differs_from_the_option_files_the_config_comes_from():
+    from lme.design import changed_values, config_roots, resolved
+
+    cfg = compose_config(["+design=pipeline", "retriever.retrievers.semantic.model=xyz", "memory.max_bytes=1000",
+                          "limit=4", "seed=3"])
+    choices = {"retriever": "hybrid", "memory": "user_log", "view": "whole_sessions", "instructions": "pipeline",
+               "rules": "pipeline", "reader": "offline", "judge": "offline", "dataset": "sample",
+               "embedding": "minilm", "tracking": "mlflow", "budget": "default", "setup": "offline"}
+    changed = changed_values(cfg, resolved(cfg), choices, config_roots())
+    assert changed == {"retriever.retrievers.semantic.model": "xyz", "memory.max_bytes": 1000, "limit": 4,
+                       "seed": 3, "design_name": "pipeline"}

@@ -371,6 +371,9 @@ def test_report_command_json_pairs_and_out(store, capsys, tmp_path):
     client = MlflowClient(store["settings"].uri)
     logged = client.get_run(run_id)
     assert logged.data.tags["lme.role"] == "report" and logged.data.tags["lme.report.designs"] == "plain,patchy"
+    study = client.get_experiment_by_name(store["settings"].experiment)
+    assert client.get_experiment(logged.info.experiment_id).name == store["settings"].experiment + "-reports"
+    assert not client.search_runs([study.experiment_id], filter_string="tags.`lme.role` = 'report'")
     assert logged.data.metrics["plain/mean_accuracy"] == pytest.approx(0.5)
     assert {a.path for a in client.list_artifacts(run_id)} >= {"report.md", "report.json", "per_type_accuracy.png",
                                                               "paired_differences.png"}

@@ -9,7 +9,8 @@ runs made on the same questions (the same data file and question ids; the report
 and design it skipped, and why). A design name picks that design's latest parent run; a parent run
 (id, a unique prefix of its id, or name) brings every design its sweep ran. Prints Markdown (or one JSON object with `--json`); `--out DIR` also writes
 `report.md`, `report.json` and the PNG plots there and logs them to MLflow as the artifacts of a
-run tagged `lme.role=report` (unless `tracking.enabled=false`).
+run tagged `lme.role=report` in the experiment `<experiment>-reports`, apart from the study's
+runs and charts (unless `tracking.enabled=false`).
 """
 
 from __future__ import annotations
@@ -81,11 +82,18 @@ def report_metrics(report) -> dict[str, float]:
     return metrics
 
 
+REPORTS_SUFFIX = "-reports"  # a report's run goes to the study's experiment name + this, never into its charts
+
+
 def log_report_run(settings, report, files: Sequence[Path], names: Sequence[str]) -> str:
+    """Log the report as a run of its own experiment (`<experiment>-reports`): its tables, its plots (PNG,
+    shown as images) and its headline measures; the study's experiment and its charts hold only study runs."""
+    from dataclasses import replace
+
     from lme.tracking import JobRun
 
     run = JobRun(
-        settings,
+        replace(settings, experiment=settings.experiment + REPORTS_SUFFIX),
         run_name=f"report-{time.strftime('%Y-%m-%d_%H-%M-%S')}",
         tags={
             "lme.role": "report",

@@ -1,0 +1,92 @@
+"""What a study looks like in MLflow: a job's params are the few values that define its design, its input is a
+logged dataset (the runs table's Dataset column, filterable), its outcomes and the parent's across-seed verdicts
+are tables. One real offline multirun into a temporary SQLite store, read back through MlflowClient."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow  # one real offline multirun (~30 s)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    from mlflow.tracking import MlflowClient
+
+    where = tmp_path_factory.mktemp("study")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LME_", "OPENAI"))} | {"PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-m", "lme", "+design=bm25", "-m", "seed=1,2", "limit=3", "memory.max_bytes=50000",
+         f"tracking.uri=sqlite:///{where}/mlflow.db", f"tracking.artifact_location={where}/mlruns",
+         f"cache_dir={where}/cache", "progress=false"],
+        cwd=where, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    client = MlflowClient(f"sqlite:///{where}/mlflow.db")
+    experiment = client.get_experiment_by_name("lme").experiment_id
+    runs = client.search_runs([experiment])
+    jobs = sorted((r for r in runs if r.data.tags.get("lme.role") == "job"), key=lambda r: r.data.tags["lme.seed"])
+    (parent,) = [r for r in runs if r.data.tags.get("lme.role") == "parent"]
+    return client, experiment, jobs, parent, where
+
+
+def _table(client, run_id: str, path: str, where: Path) -> list[dict]:
+    local = client.download_artifacts(run_id, path, str(where))
+    data = json.loads(Path(local).read_text(encoding="utf-8"))
+    return [dict(zip(data["columns"], row)) for row in data["data"]]
+
+
+def test_a_jobs_params_are_the_values_that_define_its_design(study):
+    client, _, jobs, _, _ = study
+    assert [job.info.run_name for job in jobs] == ["bm25-sample-seed1", "bm25-sample-seed2"]
+    for job in jobs:
+        params = job.data.params
+        assert len(params) < 60, sorted(params)
+        assert params["design"] == "bm25" and params["choice.retriever"] == "fts5" and params["choice.memory"] == "retrieved"
+        assert params["memory.max_bytes"] == "50000" and params["limit"] == "3"  # what the command line changed
+        assert len(params["design.sha256"]) == 64 and params["dataset.name"] == "sample"
+        assert params["reader.model"] == "lme-offline/extractive-reader"
+        assert "seed" not in params and "cache_dir" not in params and "concurrency" not in params  # run-only
+        assert "memory.top_k" not in params  # the option's own value
+        assert "config.yaml" in {a.path for a in client.list_artifacts(job.info.run_id)}  # the whole config
+
+
+def test_the_input_is_a_logged_dataset_runs_can_be_filtered_by(study):
+    client, experiment, jobs, _, _ = study
+    for job in jobs:
+        (data,) = job.inputs.dataset_inputs
+        profile = json.loads(data.dataset.profile)
+        assert data.dataset.name == "sample" and profile["num_questions"] == 3
+        assert profile["sha256"].startswith(data.dataset.digest) and len(profile["sha256"]) == 64
+        assert profile["sha256"] == job.data.params["dataset.sha256"]
+    found = client.search_runs([experiment], filter_string="dataset.name = 'sample'")
+    assert sorted(r.info.run_id for r in found) == sorted(job.info.run_id for job in jobs)
+    assert not client.search_runs([experiment], filter_string="dataset.name = 's'")
+
+
+def test_outcomes_and_across_seed_verdicts_are_tables(study):
+    client, _, jobs, parent, where = study
+    by_seed = {}
+    for job in jobs:
+        rows = _table(client, job.info.run_id, "tables/outcomes.json", where / job.info.run_id)
+        journal = Path(client.download_artifacts(job.info.run_id, "outcomes.jsonl", str(where / job.info.run_id)))
+        outcomes = {r["question_id"]: r for r in map(json.loads, journal.read_text(encoding="utf-8").splitlines())}
+        assert len(rows) == 3 and {row["question_id"] for row in rows} == set(outcomes)
+        for row in rows:
+            assert row["verdict"] == ("correct" if outcomes[row["question_id"]]["correct"] else "wrong")
+            assert row["answer"] == outcomes[row["question_id"]]["answer"]
+        by_seed[job.data.tags["lme.seed"]] = {row["question_id"]: row["verdict"] for row in rows}
+    table = _table(client, parent.info.run_id, "tables/across_seeds.json", where / "parent")
+    assert len(table) == 3
+    for row in table:
+        assert row["design"] == "bm25"
+        assert [row["seed 1"], row["seed 2"]] == [by_seed["1"][row["question_id"]], by_seed["2"][row["question_id"]]]
+        assert row["runs_correct"] == [row["seed 1"], row["seed 2"]].count("correct")
+        assert row["majority"] == ("correct" if row["runs_correct"] == 2 else "wrong")
