@@ -39,6 +39,7 @@ The rules, by key (`*.x` means a key named `x` anywhere):
 | `split_missing`, `memory.overflow_policy`, `reader.instruction_role`, `*.device`, `*.backend` | one of their options |
 | `question_ids` / `question_types` | null, one, or a list (ids as strings; known types) |
 | names, models, `tracking.experiment`, `budget.study`, `instructions.base` | a non-empty string |
+| `tracking.traces` | full, metadata or off |
 | every string anywhere | text that can be written as UTF-8 (no lone surrogate) |
 
 A key the rules do not know is only resolved and checked for text. The `hydra` node is skipped.
@@ -420,6 +421,7 @@ def _rules(cfg: DictConfig) -> list[tuple[re.Pattern[str], Check]]:
         (r"tracking\.enabled", boolean()),
         (r"tracking\.uri", tracking_uri),
         (r"tracking\.experiment", text()),
+        (r"tracking\.traces", choice(("full", "metadata", "off"))),
         (r"tracking\.artifact_location", text(optional=True)),
         (r"budget\.(?:job|study)_dollars", number(0, optional=True)),
         (r"budget\.(?:job|study)_calls", integer(0, optional=True)),

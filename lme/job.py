@@ -165,6 +165,7 @@ def _run_job(design: Design) -> dict[str, float]:
     params = design.params()  # refuses a key-like value before any MLflow run exists
     dataset_name = design.dataset.name
     tracker = None
+    traces = None  # one MLflow trace per question (lme.traces), unless tracking.traces=off
     status, failure, stop = "FAILED", None, None
     try:
         if design.tracking.enabled:
@@ -195,6 +196,11 @@ def _run_job(design: Design) -> dict[str, float]:
             ids = question_ids_of(questions)
             tracker.log_text("".join(f"{qid}\n" for qid in ids), "question_ids.txt")
             tracker.log_dataset(DataInput(dataset_name, data_path, params["dataset.sha256"], len(ids), sha256_json(ids)))
+            if design.tracking.traces != "off":
+                from lme.traces import TraceWriter
+
+                traces = TraceWriter(design.tracking, tracker.run_id, judge=judge, tags={
+                    "lme.design": name, "lme.seed": str(seed), "lme.dataset_sha256": params["dataset.sha256"]})
 
         bars = []  # the job's progress, started once the journal says how many questions are already done
 
@@ -213,7 +219,7 @@ def _run_job(design: Design) -> dict[str, float]:
                 run_questions(
                     questions, builder, reader, instruction, judge, gateway, seed, journal,
                     concurrency=design.concurrency, on_outcome=on_outcome, on_resume=on_resume, rules=rules,
-                    views=views,
+                    views=views, on_record=traces.write if traces is not None else None,
                 )
             )
         finally:
@@ -243,6 +249,8 @@ def _run_job(design: Design) -> dict[str, float]:
         status, failure = "KILLED", "interrupted (Ctrl-C)"
         stop = (EXIT_INTERRUPTED, interrupted_message(len(journal.read()), len(questions), out_dir, design.launch))
     finally:
+        if traces is not None:
+            traces.close()  # the questions answered so far keep their traces, whatever stopped the job
         if tracker is not None:
             tracker.finish(status, failure)
         cache.close()

@@ -241,6 +241,51 @@ class Journal:
             os.fsync(handle.fileno())  # a completed question survives a crash of the machine, not only of lme
 
 
+@dataclass(frozen=True)
+class MemoryEvent:
+    """A memory built for a question (the first pass's or a view's), with its wall-clock span (ns)."""
+
+    view: str
+    memory: Memory
+    start_ns: int
+    end_ns: int
+
+
+@dataclass(frozen=True)
+class ReadEvent:
+    """A reader call: the step, the view read, the exact messages sent, the result, its wall-clock span."""
+
+    step: str
+    view: str
+    messages: list[dict[str, Any]]
+    call: CallResult
+    attempt: int  # 1, or the `attempt` the payload carries when a request repeats
+    start_ns: int
+    end_ns: int
+
+
+@dataclass(frozen=True)
+class JudgeEvent:
+    """A judge call on an answer (a verdict reused for the same answer is not a new event)."""
+
+    step: str
+    answer: str | None
+    verdict: Verdict
+    start_ns: int
+    end_ns: int
+
+
+@dataclass
+class QuestionRecord:
+    """What one question's flow did, in order, for its trace (`lme.traces`); filled by `answer_question`."""
+
+    start_ns: int = 0
+    end_ns: int = 0
+    memories: list[MemoryEvent] = field(default_factory=list)
+    reads: list[ReadEvent] = field(default_factory=list)
+    verdicts: list[JudgeEvent] = field(default_factory=list)
+
+
 def answer_of(call: CallResult) -> tuple[str | None, str | None]:
     """(answer, error) of a reader call: an empty answer is a failure."""
     if not call.ok:
@@ -276,13 +321,17 @@ async def answer_question(
     seed: int,
     rules: Sequence[RuleStep] = (),
     views: Mapping[str, MemoryBuilder] | None = None,
+    record: QuestionRecord | None = None,
 ) -> Outcome:
     """The first pass, then each rule in order (see the module docstring).
 
     `views` maps a rule's view name to its memory builder; `builder` is the
-    first-pass memory (view "first_pass").
+    first-pass memory (view "first_pass"). `record`, when given, receives every
+    memory built and every reader and judge call, with their times.
     """
     started = time.perf_counter()
+    if record is not None:
+        record.start_ns = time.time_ns()
     builders: dict[str, MemoryBuilder] = {**(views or {}), FIRST_PASS_VIEW: builder}
     memories: dict[str, Memory] = {}
     verdicts: dict[str | None, Verdict] = {}
@@ -290,31 +339,41 @@ async def answer_question(
 
     async def memory_for(view: str) -> Memory:
         if view not in memories:
+            begun = time.time_ns()
             memories[view] = await asyncio.to_thread(builders[view].build, question)
+            if record is not None:
+                record.memories.append(MemoryEvent(view, memories[view], begun, time.time_ns()))
         return memories[view]
 
-    async def read(view: str, text: str) -> CallResult:
+    async def read(step: str, view: str, text: str) -> CallResult:
         sent[(view, text)] += 1
         attempt = sent[(view, text)]
         messages = build_reader_messages(
             text, question, await memory_for(view), reader.instruction_role,
             extra={"attempt": attempt} if attempt > 1 else None,
         )
-        return empty_as_failed(await gateway.complete(reader.model, messages, seed=seed))
+        begun = time.time_ns()
+        call = empty_as_failed(await gateway.complete(reader.model, messages, seed=seed))
+        if record is not None:
+            record.reads.append(ReadEvent(step, view, messages, call, attempt, begun, time.time_ns()))
+        return call
 
-    async def verdict_on(answer: str | None) -> tuple[Verdict | None, CallStats]:
+    async def verdict_on(answer: str | None, step: str) -> tuple[Verdict | None, CallStats]:
         """The judge's verdict on `answer`; an answer already judged for this question costs nothing."""
         if judge is None:
             return None, CallStats()
         if answer in verdicts:
             return verdicts[answer], CallStats()
+        begun = time.time_ns()
         verdict = await judge.judge(gateway, question, answer)
         verdicts[answer] = verdict
+        if record is not None:
+            record.verdicts.append(JudgeEvent(step, answer, verdict, begun, time.time_ns()))
         return verdict, CallStats.of(verdict.call)
 
-    call = await read(FIRST_PASS_VIEW, instruction)
+    call = await read(FIRST_PASS, FIRST_PASS_VIEW, instruction)
     answer, error = answer_of(call)
-    verdict, judge_stats = await verdict_on(answer)
+    verdict, judge_stats = await verdict_on(answer, FIRST_PASS)
     steps = [Step(
         rule=FIRST_PASS, view=FIRST_PASS_VIEW, instruction_sha256=sha256_text(instruction), chosen=True,
         reread=False, failed=error is not None, error=error, step_answer=answer, answer=answer,
@@ -327,11 +386,11 @@ async def answer_question(
         chosen = rule.fires(question.question, answer)  # the rule sees the question text and the answer only
         call, step_answer, error, judge_stats = None, None, None, CallStats()
         if chosen:
-            call = await read(rule.view, step.instruction)
+            call = await read(rule.name, rule.view, step.instruction)
             step_answer, error = answer_of(call)
             if step_answer is not None:
                 answer = step_answer
-                verdict, judge_stats = await verdict_on(answer)
+                verdict, judge_stats = await verdict_on(answer, rule.name)
         steps.append(Step(
             rule=rule.name, view=rule.view, instruction_sha256=sha256_text(step.instruction), chosen=chosen,
             reread=call is not None, failed=error is not None, error=error, step_answer=step_answer, answer=answer,
@@ -339,6 +398,8 @@ async def answer_question(
             judge_error=judge_error_of(verdict, judge_stats),
         ))
     first_memory = memories[FIRST_PASS_VIEW]
+    if record is not None:
+        record.end_ns = time.time_ns()
     return Outcome(
         question_id=question.question_id,
         question_type=question.question_type,
@@ -377,10 +438,12 @@ async def run_questions(
     on_resume: Callable[[int], None] | None = None,
     rules: Sequence[RuleStep] = (),
     views: Mapping[str, MemoryBuilder] | None = None,
+    on_record: Callable[[Question, Outcome, QuestionRecord], None] | None = None,
 ) -> list[Outcome]:
     """Answer every question not yet in the journal; return all outcomes in question order.
 
-    `rules` (in order) and `views` are the re-reads (see `answer_question`).
+    `rules` (in order) and `views` are the re-reads (see `answer_question`). `on_record`, when given, gets
+    each answered question's `QuestionRecord` (its trace) once its outcome is journaled.
 
     `questions` may be a lazy stream (LongMemEval-M): at most `concurrency`
     questions are held at once, so memory grows with that, not with the file.
@@ -402,8 +465,12 @@ async def run_questions(
 
     async def one(question: Question) -> None:
         nonlocal finished
-        outcome = await answer_question(question, builder, reader, instruction, judge, gateway, seed, rules, views)
+        record = QuestionRecord() if on_record is not None else None
+        outcome = await answer_question(question, builder, reader, instruction, judge, gateway, seed, rules, views,
+                                        record)
         await asyncio.to_thread(journal.append, outcome)  # its fsync off the event loop
+        if on_record is not None and record is not None:
+            on_record(question, outcome, record)
         done[outcome.question_id] = outcome
         finished += 1
         if on_outcome is not None:

@@ -60,11 +60,16 @@ def runs(tmp: Path) -> list[dict[str, str]]:
     db = tmp / "mlflow.db"
     if not db.exists():
         return []
-    with sqlite3.connect(db) as conn:
-        rows = conn.execute(
-            "SELECT r.run_uuid, r.status, (SELECT value FROM tags t WHERE t.run_uuid = r.run_uuid AND t.key = "
-            "'lme.failure') FROM runs r"
-        ).fetchall()
+    try:
+        with sqlite3.connect(db) as conn:
+            rows = conn.execute(
+                "SELECT r.run_uuid, r.status, (SELECT value FROM tags t WHERE t.run_uuid = r.run_uuid AND t.key = "
+                "'lme.failure') FROM runs r"
+            ).fetchall()
+    except sqlite3.OperationalError as exc:  # polled while MLflow is still creating the store's tables
+        if "no such table" not in str(exc):
+            raise
+        return []
     return [{"id": run_id, "status": status, "failure": failure or ""} for run_id, status, failure in rows]
 
 
