@@ -331,6 +331,13 @@ def existing_not_special(key: str, value: Any) -> None:
         data_file(lambda: "")(key, value)
 
 
+def traces_mode(key: str, value: Any) -> None:
+    """full, metadata or off (YAML's bare `off` is false, and is taken as off; true as full)."""
+    if isinstance(value, bool) or value in ("full", "metadata", "off"):
+        return
+    raise fail(key, "one of full, metadata, off", value)
+
+
 def tracking_uri(key: str, value: Any) -> None:
     known = "sqlite:///PATH, postgresql://, mysql://, mssql:// (each may name a +driver), http://, https:// or databricks"
     if not isinstance(value, str) or not value.strip():
@@ -421,7 +428,7 @@ def _rules(cfg: DictConfig) -> list[tuple[re.Pattern[str], Check]]:
         (r"tracking\.enabled", boolean()),
         (r"tracking\.uri", tracking_uri),
         (r"tracking\.experiment", text()),
-        (r"tracking\.traces", choice(("full", "metadata", "off"))),
+        (r"tracking\.traces", traces_mode),
         (r"tracking\.artifact_location", text(optional=True)),
         (r"budget\.(?:job|study)_dollars", number(0, optional=True)),
         (r"budget\.(?:job|study)_calls", integer(0, optional=True)),

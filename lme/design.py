@@ -365,7 +365,7 @@ def _design(cfg: Any, container: dict[str, Any]) -> Design:
                                         / "ledger.sqlite"))),
         study=str(budget.get("study", "default")),
         job_name=str(budget["job"]) if budget.get("job") else None,
-        tracking=TrackingSettings(**node("tracking")),
+        tracking=TrackingSettings(**tracking_node(node("tracking"))),
         cache_dir=Path(str(container.get("cache_dir", ".lme_cache"))),
         data_dir=Path(str(container.get("data_dir", ".lme_cache/data"))).expanduser(),
         output_dir=output_dir(),
@@ -378,6 +378,14 @@ def _design(cfg: Any, container: dict[str, Any]) -> Design:
         choices=frozen(choices),
         changed=frozen(changed_values(cfg, container, choices, config_roots())) if choices else MappingProxyType({}),
     )
+
+
+def tracking_node(node: Mapping[str, Any]) -> dict[str, Any]:
+    """The `tracking` group's values, `traces` as a mode name (YAML's bare off/on are booleans)."""
+    values = dict(node)
+    if isinstance(values.get("traces"), bool):
+        values["traces"] = "full" if values["traces"] else "off"
+    return values
 
 
 def run_only(key: str) -> bool:

@@ -11,7 +11,8 @@ recorded wall-clock times:
       judge <step>                the judge prompt (`full`), its reply and the verdict
 
 Tags: lme.design, lme.seed, lme.question_id, lme.question_type, lme.dataset_sha256, lme.verdict.
-`tracking.traces`: `full` (default), `metadata` (no texts: digests and sizes instead), `off`.
+`tracking.traces`: `full`, `metadata` (no texts: digests and sizes instead), `off` (the default for now: MLflow's
+export costs ~55 ms per trace on a SQLite store, `scripts/bench_orchestration.py --compare-traces`).
 
 Tracing never stops a job: a store that refuses a trace is reported once on stderr and tracing ends for the
 job. MLflow exports spans through its own (global) tracking URI, which is set to the job's store.

@@ -39,7 +39,7 @@ class TrackingSettings:
     uri: str = "sqlite:///mlflow.db"
     artifact_location: str | None = "mlruns"
     experiment: str = "lme"
-    traces: str = "full"  # one trace per question (lme.traces): full | metadata | off
+    traces: str = "off"  # one trace per question (lme.traces): full | metadata | off
 
 
 def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

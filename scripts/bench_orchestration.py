@@ -107,7 +107,7 @@ def templates_path(data_path: Path) -> Path | None:
 
 
 def study_command(data_path: Path, work: Path, base_url: str, questions: int | None, seeds: int, concurrency: int,
-                  tracking: bool = True) -> list[str]:
+                  tracking: bool = True, traces: str = "full") -> list[str]:
     """`python -m lme +design=bm25 -m seed=1,...` against the loopback server, everything under `work`."""
     templates = templates_path(data_path)
     judge = ["judge=longmemeval", f"judge.templates_path={templates}"] if templates else []
@@ -125,7 +125,7 @@ def study_command(data_path: Path, work: Path, base_url: str, questions: int | N
         ]
     if tracking:
         command += [f"tracking.uri=sqlite:///{work / 'mlflow.db'}", f"tracking.artifact_location={work / 'mlruns'}",
-                    "tracking.experiment=bench"]
+                    "tracking.experiment=bench", f"tracking.traces={traces}"]
     else:
         command.append("tracking.enabled=false")
     return command
@@ -159,6 +159,8 @@ class StudyRun:
     exit_code: int
     tracking: bool
     profile: dict[str, float] | None = None  # category -> active seconds (py-spy), when profiled
+    traces: str = "full"  # tracking.traces of the study
+    store_bytes: int = 0  # the MLflow store after the study: mlflow.db and mlruns/
 
     @property
     def question_runs(self) -> int:
@@ -193,15 +195,21 @@ def py_spy() -> str | None:
     return str(local) if local.exists() else shutil.which("py-spy")
 
 
+def store_size(work: Path) -> int:
+    """Bytes of the study's MLflow store: the SQLite file (and its WAL) and the artifacts folder."""
+    files = [*work.glob("mlflow.db*"), *((work / "mlruns").rglob("*") if (work / "mlruns").exists() else [])]
+    return sum(path.stat().st_size for path in files if path.is_file())
+
+
 def run_study(data_path: Path, questions: int | None, seeds: int, latency: float, concurrency: int, work: Path,
-              tracking: bool = True, profile: bool = False, log: Path | None = None) -> StudyRun:
+              tracking: bool = True, profile: bool = False, log: Path | None = None, traces: str = "full") -> StudyRun:
     """One study in a fresh process against a loopback server with `latency` seconds per call."""
     work.mkdir(parents=True, exist_ok=True)
     replies = CallCounter()
     spy = py_spy() if profile else None
     raw = work / "profile.txt"
     with LoopbackServer(reply=replies, latency_s=latency, record_bodies=False) as server:
-        command = study_command(data_path, work, server.base_url, questions, seeds, concurrency, tracking)
+        command = study_command(data_path, work, server.base_url, questions, seeds, concurrency, tracking, traces)
         if spy:
             command = [spy, "record", "--nonblocking", "--format", "raw", "--rate", str(PROFILE_RATE_HZ),
                        "--output", str(raw), "--", *command]
@@ -225,6 +233,7 @@ def run_study(data_path: Path, questions: int | None, seeds: int, latency: float
         calls=completed, reader_calls=replies.counts["reader"], judge_calls=replies.counts["judge"],
         max_in_flight=max_in_flight, journaled=total, ledger_paid=_ledger_paid(work / "cache" / "ledger.sqlite"),
         exit_code=code, tracking=tracking, profile=profile_categories(raw) if spy and raw.exists() else None,
+        traces=traces if tracking else "off", store_bytes=store_size(work),
     )
 
 
@@ -320,8 +329,23 @@ def overhead_rows(run: StudyRun) -> list[dict[str, Any]]:
     return rows
 
 
+def traces_rows(full: StudyRun, off: StudyRun) -> list[dict[str, Any]]:
+    """The same study with one trace per question (`tracking.traces=full`) and without (`off`), side by side."""
+    runs = full.question_runs
+    return [
+        row(f"wall with traces (L={full.latency:g}, C={full.concurrency})", round(full.wall_s, 1), "s",
+            f"tracking.traces=off: {off.wall_s:.1f} s", round(full.wall_s / off.wall_s, 3) if off.wall_s else None,
+            "no slower", full.wall_s <= off.wall_s * 1.05,
+            f"{1000 * (full.wall_s - off.wall_s) / max(1, runs):.1f} ms per question and seed added"),
+        row("  MLflow store with traces", round(full.store_bytes / 2**20, 1), "MiB",
+            f"tracking.traces=off: {off.store_bytes / 2**20:.1f} MiB", None, "", None,
+            f"{(full.store_bytes - off.store_bytes) / max(1, runs) / 1024:.0f} KiB per question and seed added"),
+    ]
+
+
 def orchestration_rows(questions: int, seeds: int, latency: float, concurrency: int, data_path: Path, *,
-                       tracking: bool = True, profile: bool = True, work: Path | None = None) -> list[dict[str, Any]]:
+                       tracking: bool = True, profile: bool = True, work: Path | None = None,
+                       traces: str = "full", compare_traces: bool = False) -> list[dict[str, Any]]:
     """The orchestration rows of the benchmark table: the study at `latency` vs its ideal, and at zero
     latency lme's own time per question, with a py-spy breakdown when py-spy is installed.
 
@@ -334,9 +358,15 @@ def orchestration_rows(questions: int, seeds: int, latency: float, concurrency: 
         limit = questions if questions < count_questions(data_path) else None
         rows: list[dict[str, Any]] = []
         if latency > 0:
-            run = run_study(data_path, limit, seeds, latency, concurrency, root / f"L{latency:g}", tracking)
+            run = run_study(data_path, limit, seeds, latency, concurrency, root / f"L{latency:g}", tracking,
+                            traces=traces)
             rows += latency_rows(run)
-        zero = run_study(data_path, limit, seeds, 0.0, concurrency, root / "L0", tracking, profile=profile)
+            if compare_traces and tracking:
+                off = run_study(data_path, limit, seeds, latency, concurrency, root / f"L{latency:g}-off", tracking,
+                                traces="off")
+                rows += traces_rows(run, off)
+        zero = run_study(data_path, limit, seeds, 0.0, concurrency, root / "L0", tracking, profile=profile,
+                         traces=traces)
         rows += overhead_rows(zero)
         return rows
     finally:
@@ -365,6 +395,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--no-tracking", action="store_true", help="run with tracking.enabled=false")
     parser.add_argument("--no-profile", action="store_true", help="no py-spy breakdown of the zero-latency run")
+    parser.add_argument("--traces", choices=("full", "metadata", "off"), default="full",
+                        help="tracking.traces of the studies (default full)")
+    parser.add_argument("--compare-traces", action="store_true",
+                        help="run the latency study again with tracking.traces=off: wall time and store size side by side")
     parser.add_argument("--work", type=Path, help="keep the studies' files here (default: a temp dir, removed)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = parser.parse_args(argv)
@@ -372,7 +406,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"bench_orchestration: error: {args.data}: data file not found.", file=sys.stderr)
         return 2
     rows = orchestration_rows(args.questions, args.seeds, args.latency, args.concurrency, args.data,
-                              tracking=not args.no_tracking, profile=not args.no_profile, work=args.work)
+                              tracking=not args.no_tracking, profile=not args.no_profile, work=args.work,
+                              traces=args.traces, compare_traces=args.compare_traces)
     print(json.dumps(rows, indent=2) if args.json else format_table(rows))
     return 0
 

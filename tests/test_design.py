@@ -153,3 +153,13 @@ def test_changed_values_are_what_differs_from_the_option_files_the_config_comes_
     changed = changed_values(cfg, resolved(cfg), choices, config_roots())
     assert changed == {"retriever.retrievers.semantic.model": "xyz", "memory.max_bytes": 1000, "limit": 4,
                        "seed": 3, "design_name": "pipeline"}
+
+
+def test_trace_modes_are_names_and_a_bad_one_is_refused():
+    assert compose_design([]).tracking.traces == "off"  # the default, for now (README: what traces cost)
+    assert compose_design(["tracking.traces=metadata"], check=True).tracking.traces == "metadata"
+    cfg = compose_config([])
+    cfg.tracking.traces = False  # YAML's bare `off`
+    assert design_from_config(cfg).tracking.traces == "off"
+    with pytest.raises(LmeError, match=r"tracking\.traces: expected one of full, metadata, off, got 'sometimes'"):
+        compose_design(["tracking.traces=sometimes"], check=True)

@@ -284,3 +284,38 @@ def test_launcher_configs_compose():
     assert local.ray.init.address == "local" and local.ray.init.num_cpus == 2 and local.ray.remote.num_cpus == 1
     assert cluster.ray.init.object_store_memory is None
     assert slurm._target_.endswith("SlurmLauncher") and slurm.array_parallelism == 16
+
+
+@pytest.mark.slow
+def test_a_sweep_logged_to_a_tracking_server_reads_as_a_lab_notebook(tracking_server, tmp_path):
+    """Through the server's REST API, as the UI reads it: each job's question is a trace with memory, reader and
+    judge spans and its verdict as feedback; each job's input is a dataset; a job has fewer than 60 params; the
+    parent holds the across-seed table."""
+    from mlflow.tracking import MlflowClient
+
+    url = tracking_server["ready"]()
+    launch = tmp_path / "launch"
+    launch.mkdir()
+    result = run_lme(launch, "+design=bm25,first_pass", "retriever=fts5", "limit=3", "-m", "seed=1,2",
+                     f"tracking.uri={url}", "tracking.experiment=notebook", "tracking.traces=full",
+                     f"cache_dir={tmp_path}/cache")
+    assert result.returncode == 0, result.stderr[-3000:]
+    client = MlflowClient(url)
+    experiment = client.get_experiment_by_name("notebook").experiment_id
+    runs = client.search_runs([experiment])
+    jobs = [run for run in runs if run.data.tags.get("lme.role") == "job"]
+    assert sorted(run.info.run_name for run in jobs) == [
+        "bm25-sample-seed1", "bm25-sample-seed2", "first_pass-sample-seed1", "first_pass-sample-seed2"]
+    for job in jobs:
+        assert len(job.data.params) < 60, sorted(job.data.params)
+        (data,) = job.inputs.dataset_inputs
+        assert data.dataset.name == "sample" and job.data.params["dataset.sha256"].startswith(data.dataset.digest)
+        traces = client.search_traces(locations=[experiment], run_id=job.info.run_id, max_results=100)
+        assert len(traces) == 3
+        for trace in traces:
+            names = [span.name for span in trace.data.spans]
+            assert {"memory first_pass", "reader first_pass", "judge first_pass"} <= set(names), names
+            assert trace.info.tags["lme.design"] == job.data.tags["lme.design"]
+            assert [a.name for a in trace.info.assessments] == ["correct"]
+    (parent,) = [run for run in runs if run.data.tags.get("lme.role") == "parent"]
+    assert "tables/across_seeds.json" in {a.path for a in client.list_artifacts(parent.info.run_id, "tables")}

@@ -41,7 +41,7 @@ def _traces(where: Path, run_name_part: str):
 
 def test_each_question_is_a_trace_with_the_exact_prompt_and_its_verdict(tmp_path):
     with LoopbackServer(reply="offline") as server:
-        done = _job(tmp_path, server.base_url, "seed=5")
+        done = _job(tmp_path, server.base_url, "seed=5", "tracking.traces=full")
         sent = [request.body["messages"] for request in server.completion_requests]
     assert done.returncode == 0, done.stderr[-3000:]
     run, traces = _traces(tmp_path, "seed5")
@@ -73,10 +73,10 @@ def test_each_question_is_a_trace_with_the_exact_prompt_and_its_verdict(tmp_path
     assert sorted(traced) == received  # byte for byte what the model server was sent, every call
 
 
-def test_metadata_traces_hold_no_texts_and_off_writes_none(tmp_path):
+def test_metadata_traces_hold_no_texts_and_off_writes_none(tmp_path):  # off is also the default
     with LoopbackServer(reply="offline") as server:
         assert _job(tmp_path, server.base_url, "seed=6", "tracking.traces=metadata").returncode == 0
-        assert _job(tmp_path, server.base_url, "seed=7", "tracking.traces=off").returncode == 0
+        assert _job(tmp_path, server.base_url, "seed=7").returncode == 0
     _, traces = _traces(tmp_path, "seed6")
     assert len(traces) == 3
     for trace in traces:
