@@ -138,6 +138,7 @@ class MultirunParent(_HydraCallback):
         try:
             metrics, summary = summarise_children(self.settings, self.parent.run_id)
             self.parent.log_metrics(metrics)
+            self.parent.adopt_children_dataset()  # the parent's row in the runs table shows the data file too
             table = summary.pop("table", [])
             self.parent.log_text(json.dumps({"metrics": metrics, **summary}, indent=2, sort_keys=True), "across_runs.json")
             if table:

@@ -215,6 +215,22 @@ class JobRun:
         self.client.log_inputs(self.run_id, datasets=[
             DatasetInput(dataset, tags=[InputTag("mlflow.data.context", "evaluation")])])
 
+    def adopt_children_dataset(self) -> bool:
+        """Log on this (parent) run the dataset its finished children all read, so the runs table shows it on the
+        parent's row too; nothing when they read different files. Returns whether one was logged."""
+        from mlflow.entities import DatasetInput, InputTag
+
+        children = self.client.search_runs([experiment_id(self.settings)],
+                                           filter_string=f"tags.mlflow.parentRunId = '{self.run_id}'", max_results=10_000)
+        datasets = {(d.dataset.name, d.dataset.digest): d.dataset for child in children
+                    for d in (child.inputs.dataset_inputs if child.inputs else [])}
+        if len(datasets) != 1:
+            return False
+        (dataset,) = datasets.values()
+        self.client.log_inputs(self.run_id, datasets=[
+            DatasetInput(dataset, tags=[InputTag("mlflow.data.context", "evaluation")])])
+        return True
+
     def log_table(self, rows: Sequence[Mapping[str, Any]], artifact_file: str) -> None:
         """Rows (one mapping each, the same keys) as an MLflow table artifact, viewable in the UI."""
         columns = list(rows[0]) if rows else []

@@ -66,8 +66,11 @@ def test_the_input_is_a_logged_dataset_runs_can_be_filtered_by(study):
         assert data.dataset.name == "sample" and profile["num_questions"] == 3
         assert profile["sha256"].startswith(data.dataset.digest) and len(profile["sha256"]) == 64
         assert profile["sha256"] == job.data.params["dataset.sha256"]
+    parent = study[3]
+    (data,) = client.get_run(parent.info.run_id).inputs.dataset_inputs  # the children's one file, on the parent's row
+    assert data.dataset.name == "sample" and data.dataset.digest == jobs[0].inputs.dataset_inputs[0].dataset.digest
     found = client.search_runs([experiment], filter_string="dataset.name = 'sample'")
-    assert sorted(r.info.run_id for r in found) == sorted(job.info.run_id for job in jobs)
+    assert sorted(r.info.run_id for r in found) == sorted([parent.info.run_id, *(job.info.run_id for job in jobs)])
     assert not client.search_runs([experiment], filter_string="dataset.name = 's'")
 
 
