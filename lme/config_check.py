@@ -333,9 +333,11 @@ def existing_not_special(key: str, value: Any) -> None:
 
 def traces_mode(key: str, value: Any) -> None:
     """full, metadata or off (YAML's bare `off` is false, and is taken as off; true as full)."""
-    if isinstance(value, bool) or value in ("full", "metadata", "off"):
+    from lme.tracking import TRACE_MODES
+
+    if isinstance(value, bool) or value in TRACE_MODES:
         return
-    raise fail(key, "one of full, metadata, off", value)
+    raise fail(key, f"one of {', '.join(TRACE_MODES)}", value)
 
 
 def tracking_uri(key: str, value: Any) -> None:

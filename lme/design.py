@@ -17,6 +17,7 @@ loads an embedding model.
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,9 +33,8 @@ from lme.errors import LmeError, first_line
 from lme.hashing import sha256_json, sha256_text
 from lme.judge import Judge
 from lme.models.ledger import Budget
-from lme.tracking import TrackingSettings
-
-FIRST_PASS = "first_pass"  # the first pass's step name (lme.run.FIRST_PASS)
+from lme.run import FIRST_PASS
+from lme.tracking import TrackingSettings, flatten
 
 # Keys of the composed config that say how or where a run happens, not what it measures (the design's
 # digest and prereg leave them out). Dotted paths from the root:
@@ -242,10 +242,6 @@ class Design:
         """The views a rule may name: the first-pass memory and the `view` group's view."""
         return known_views(self.view)
 
-    @property
-    def instruction_texts(self) -> Mapping[str, str]:
-        return self.instructions.texts
-
     def params(self) -> dict[str, str]:
         """MLflow params: what defines the design, tens not hundreds (the whole config is an artifact): its
         name and digest, each group's chosen option, the values that differ from the option files they come
@@ -316,6 +312,7 @@ def _design(cfg: Any, container: dict[str, Any]) -> Design:
     from omegaconf import OmegaConf
 
     choices = group_choices(cfg)
+    cache_dir = Path(str(container.get("cache_dir", ".lme_cache")))
 
     def node(key: str) -> Mapping[str, Any]:
         value = container.get(key)
@@ -361,12 +358,11 @@ def _design(cfg: Any, container: dict[str, Any]) -> Design:
         instructions=instructions,
         arbiter=arbiter,
         budget=Budget.from_config(budget),
-        ledger_path=Path(str(budget.get("ledger_path", Path(str(container.get("cache_dir", ".lme_cache")))
-                                        / "ledger.sqlite"))),
+        ledger_path=Path(str(budget.get("ledger_path") or cache_dir / "ledger.sqlite")),
         study=str(budget.get("study", "default")),
         job_name=str(budget["job"]) if budget.get("job") else None,
         tracking=TrackingSettings(**tracking_node(node("tracking"))),
-        cache_dir=Path(str(container.get("cache_dir", ".lme_cache"))),
+        cache_dir=cache_dir,
         data_dir=Path(str(container.get("data_dir", ".lme_cache/data"))).expanduser(),
         output_dir=output_dir(),
         concurrency=int(container.get("concurrency", 8)),
@@ -469,10 +465,10 @@ def changed_values(cfg: Any, container: Mapping[str, Any], choices: Mapping[str,
     for key, value in written.items():
         if key in choices and isinstance(value, Mapping):
             base = load(f"{key}/{choices[key]}.yaml")
-            mine, theirs = dict(_flat(value, f"{key}.")), dict(_flat(base, f"{key}.")) if base is not None else {}
+            mine, theirs = flatten(value, f"{key}."), flatten(base, f"{key}.") if base is not None else {}
         else:
-            mine, theirs = dict(_flat({key: value})), dict(_flat({key: primary[key]})) if key in primary else {}
-        resolved_leaves = dict(_flat({key: container.get(key)}))
+            mine, theirs = flatten({key: value}), flatten({key: primary[key]}) if key in primary else {}
+        resolved_leaves = flatten({key: container.get(key)})
         for leaf, text in mine.items():
             if leaf not in theirs or theirs[leaf] != text:
                 changed[leaf] = resolved_leaves.get(leaf, text)
@@ -484,24 +480,13 @@ def design_digest(container: Mapping[str, Any]) -> str:
     try:
         return sha256_json(canonical_design(container))
     except ValueError:
-        bad = next((path for path, value in _leaves(canonical_design(container))
-                    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf")))), "?")
+        def finite(value: Any) -> bool:
+            if isinstance(value, (list, tuple)):
+                return all(finite(item) for item in value)
+            return not isinstance(value, float) or math.isfinite(value)
+
+        bad = next((path for path, value in flatten(canonical_design(container)).items() if not finite(value)), "?")
         raise LmeError(f"config {bad}: NaN or infinity is not a value a design can hold; quote it if it is text.") from None
-
-
-def _flat(node: Any, prefix: str = "") -> list[tuple[str, Any]]:
-    """(dotted key, value) of every leaf of a mapping; a list is one value."""
-    if isinstance(node, Mapping):
-        return [leaf for key, value in node.items() for leaf in _flat(value, f"{prefix}{key}.")]
-    return [(prefix.rstrip("."), node)]
-
-
-def _leaves(node: Any, prefix: str = "") -> list[tuple[str, Any]]:
-    if isinstance(node, Mapping):
-        return [leaf for key, value in node.items() for leaf in _leaves(value, f"{prefix}{key}.")]
-    if isinstance(node, (list, tuple)):
-        return [leaf for index, value in enumerate(node) for leaf in _leaves(value, f"{prefix.rstrip('.')}[{index}].")]
-    return [(prefix.rstrip("."), node)]
 
 
 def compose_instructions(instructions: Mapping[str, Any], rules: Any, view: Component | None) -> Instructions:

@@ -105,7 +105,7 @@ def outcome_table(outcomes: list[Outcome]) -> list[dict[str, Any]]:
         "question_id": o.question_id,
         "question_type": o.question_type,
         "answer": o.answer,
-        "verdict": None if o.answer is None or o.judge_error else ("correct" if o.correct else "wrong"),
+        "verdict": None if o.verdict == "missing" else o.verdict,
         "rereads": " ".join(step.rule for step in o.steps if step.reread),
         "reader_input_tokens": o.reader.input_tokens,
         "reader_output_tokens": o.reader.output_tokens,
@@ -191,7 +191,7 @@ def _run_job(design: Design) -> dict[str, float]:
             params.update({f"judge.template_sha256.{k}": v for k, v in judge.digests.items()})
             tracker.log_params(params)
             tracker.log_text(design.config_yaml, "config.yaml")
-            for step, text in design.instruction_texts.items():
+            for step, text in design.instructions.texts.items():
                 tracker.log_text(text + "\n", f"instructions/{step}.txt")
             ids = question_ids_of(questions)
             tracker.log_text("".join(f"{qid}\n" for qid in ids), "question_ids.txt")

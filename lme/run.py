@@ -141,6 +141,11 @@ class Outcome:
         """The question has an answer and a verdict on it (a rerun asks again for anything less)."""
         return self.answer is not None and self.judge_error is None
 
+    @property
+    def verdict(self) -> str:
+        """`correct`, `wrong`, or `missing` (no answer, or no verdict on it)."""
+        return verdict_word(self.answer, self.correct, self.judge_error)
+
     def to_json(self) -> str:
         """The journal row: the outcome's fields and `"format": JOURNAL_FORMAT`."""
         return json.dumps({"format": JOURNAL_FORMAT, **asdict(self)}, ensure_ascii=False, sort_keys=True)
@@ -284,6 +289,13 @@ class QuestionRecord:
     memories: list[MemoryEvent] = field(default_factory=list)
     reads: list[ReadEvent] = field(default_factory=list)
     verdicts: list[JudgeEvent] = field(default_factory=list)
+
+
+def verdict_word(answer: str | None, correct: bool, judge_error: str | None) -> str:
+    """An outcome's verdict as a word (a journal row's fields or an `Outcome`'s): correct | wrong | missing."""
+    if answer is None or judge_error:
+        return "missing"
+    return "correct" if correct else "wrong"
 
 
 def answer_of(call: CallResult) -> tuple[str | None, str | None]:

@@ -26,12 +26,12 @@ from typing import Any
 
 from lme.data.dates import format_moment
 from lme.data.records import Question
+from lme.errors import first_line
 from lme.hashing import sha256_text
 from lme.judge import Judge, build_judge_prompt
 from lme.run import Outcome, QuestionRecord
 from lme.tracking import TrackingSettings, client_for, experiment_id
 
-TRACE_MODES = ("full", "metadata", "off")
 TOP_TURNS = 20  # turn ids named on a memory span
 
 
@@ -82,14 +82,13 @@ class TraceWriter:
         self.written = []
 
     def _give_up(self, exc: Exception) -> None:
-        self.failed = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        self.failed = f"{type(exc).__name__}: {first_line(exc)}"
         print(f"lme: warning: traces are no longer written for this job ({self.failed}); the run goes on.",
               file=sys.stderr, flush=True)
 
     def _trace(self, question: Question, outcome: Outcome, record: QuestionRecord) -> str:
         client = self.client
-        verdict = "missing" if outcome.answer is None or outcome.judge_error else (
-            "correct" if outcome.correct else "wrong")
+        verdict = outcome.verdict
         tags = {**self.tags, "lme.question_id": question.question_id, "lme.question_type": question.question_type,
                 "lme.verdict": verdict}
         root = client.start_trace(

@@ -33,13 +33,16 @@ OUTCOMES_ARTIFACT = "outcomes.jsonl"
 MAX_PARAM_CHARS = 500
 
 
+TRACE_MODES = ("full", "metadata", "off")  # tracking.traces (lme.traces)
+
+
 @dataclass(frozen=True)
 class TrackingSettings:
     enabled: bool = True
     uri: str = "sqlite:///mlflow.db"
     artifact_location: str | None = "mlruns"
     experiment: str = "lme"
-    traces: str = "off"  # one trace per question (lme.traces): full | metadata | off
+    traces: str = "off"  # one trace per question (lme.traces): one of TRACE_MODES
 
 
 def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -334,6 +337,8 @@ def across_seed_table(runs: Mapping[str, Sequence[tuple[str, Sequence[Mapping[st
     """Design -> [(seed, journal rows)] as one row per design and question: its type, the verdict of each seed
     (`seed 1`: correct | wrong | missing), how many runs were correct, and the majority verdict (correct in
     more than half of the runs)."""
+    from lme.run import verdict_word
+
     table: list[dict[str, Any]] = []
     for design, seeded in sorted(runs.items()):
         seeds = [seed for seed, _ in seeded]
@@ -343,8 +348,8 @@ def across_seed_table(runs: Mapping[str, Sequence[tuple[str, Sequence[Mapping[st
             for row in rows:
                 qid = str(row["question_id"])
                 types.setdefault(qid, str(row.get("question_type", "")))
-                missing = row.get("answer") is None or row.get("judge_error")
-                verdicts.setdefault(qid, {})[seed] = "missing" if missing else ("correct" if row["correct"] else "wrong")
+                verdicts.setdefault(qid, {})[seed] = verdict_word(row.get("answer"), bool(row.get("correct")),
+                                                                  row.get("judge_error"))
         for qid, by_seed in verdicts.items():
             correct = sum(1 for verdict in by_seed.values() if verdict == "correct")
             table.append({"design": design, "question_id": qid, "question_type": types[qid],
