@@ -199,7 +199,7 @@ def _run_job(design: Design) -> dict[str, float]:
             if design.tracking.traces != "off":
                 from lme.traces import TraceWriter
 
-                traces = TraceWriter(design.tracking, tracker.run_id, judge=judge, tags={
+                traces = TraceWriter(design.tracking, tracker.run_id, judge=judge, cache_dir=design.cache_dir, tags={
                     "lme.design": name, "lme.seed": str(seed), "lme.dataset_sha256": params["dataset.sha256"]})
 
         bars = []  # the job's progress, started once the journal says how many questions are already done

@@ -1,27 +1,49 @@
 """Each question of a job as one MLflow trace (MLflow 3 tracing), linked to the job's run, with its verdict as
 an assessment (feedback), so MLflow's Traces and evaluation views show what the reader saw and what was judged.
 
-A trace is written after its question is journaled, from the job's `QuestionRecord` (`lme.run`), with the
+A trace is built after its question is journaled, from the job's `QuestionRecord` (`lme.run`), with the
 recorded wall-clock times:
 
     question <id>                 inputs: question, question date; outputs: final answer, verdict
       memory <view>               bytes, turns, content SHA-256, the first turn ids; `full`: the memory text
+        retrieve <retriever>      the top turn ids with their scores (memories built from a ranking)
       reader <step>               the exact messages sent (`full`), the answer, tokens, dollars, latency,
                                   from the cache or paid, the payload's attempt and the gateway's attempts
       judge <step>                the judge prompt (`full`), its reply and the verdict
 
-Tags: lme.design, lme.seed, lme.question_id, lme.question_type, lme.dataset_sha256, lme.verdict.
-`tracking.traces`: `full`, `metadata` (no texts: digests and sizes instead), `off` (the default for now: MLflow's
-export costs ~55 ms per trace on a SQLite store, `scripts/bench_orchestration.py --compare-traces`).
+Tags: lme.design, lme.seed, lme.question_id, lme.question_type, lme.dataset_sha256, lme.verdict. The trace's
+token and dollar totals are the reader's and judge's calls. `tracking.traces`: `full` (the default),
+`metadata` (no texts: digests and sizes instead), `off`.
+
+**Cost.** Traces are written by a helper process (`lme-traces`, spawned with the job's writer) straight to the
+tracking store (`start_trace` with the verdict as its assessment, then one `log_spans` for a batch of traces),
+not through MLflow's span exporter, which costs ~55 ms of CPU per trace on a SQLite store against ~10 ms this
+way. The job's loop only hands each question's record over a queue, so the store's work runs on another core
+and never holds the job's interpreter lock; `close` waits for the backlog. Ctrl-C leaves the helper to finish
+the queue; a helper whose job vanished stops by itself.
+
+**Each text once.** A memory, and the reader messages that carry it, do not depend on the seed: a text
+already held by a trace of the same store and experiment (found by its SHA-256 in `traces.sqlite` in the
+cache folder) is not stored again; the span names the text's digest and the trace that holds it. Within a
+trace, a memory text that a stored reader message contains verbatim is shown there, not twice.
 
 Tracing never stops a job: a store that refuses a trace is reported once on stderr and tracing ends for the
-job. MLflow exports spans through its own (global) tracking URI, which is set to the job's store.
+job.
 """
 
 from __future__ import annotations
 
+import base64
+import json
+import os
+import queue
+import sqlite3
 import sys
+import time
+import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from lme.data.dates import format_moment
@@ -32,112 +54,381 @@ from lme.judge import Judge, build_judge_prompt
 from lme.run import Outcome, QuestionRecord
 from lme.tracking import TrackingSettings, client_for, experiment_id
 
-TOP_TURNS = 20  # turn ids named on a memory span
+TOP_TURNS = 20  # turn ids (and scores) named on a memory or retrieval span
+BATCH = 64  # traces written in one store session at most
+BACKLOG_NOTE = 200  # a job that ends with more traces than this still queued says that it is writing them
+
+
+def messages_sha256(messages: list[dict[str, Any]]) -> str:
+    """The digest naming a reader call's messages (canonical JSON, text kept as is)."""
+    return sha256_text(json.dumps(messages, ensure_ascii=False, sort_keys=True, separators=(",", ":")))
+
+
+class TextRegistry:
+    """Which texts a tracking store's experiment already holds, by SHA-256, and in which trace.
+
+    One SQLite file shared by every job of a cache folder (seeds may run in parallel processes); a text is
+    recorded after the trace holding it is stored, so a failed write never leaves a dangling reference. Two
+    jobs storing the same new text at once both keep it: a duplicate, never a loss."""
+
+    def __init__(self, path: Path, store: str) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.store = store
+        self.db = sqlite3.connect(path, timeout=60, check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("CREATE TABLE IF NOT EXISTS texts (store TEXT NOT NULL, sha256 TEXT NOT NULL, "
+                        "trace_id TEXT NOT NULL, PRIMARY KEY (store, sha256)) WITHOUT ROWID")
+        self.db.commit()
+
+    def holder(self, sha: str) -> str | None:
+        row = self.db.execute("SELECT trace_id FROM texts WHERE store = ? AND sha256 = ?", (self.store, sha)).fetchone()
+        return row[0] if row else None
+
+    def record(self, held: Mapping[str, str]) -> None:
+        with self.db:
+            self.db.executemany("INSERT OR IGNORE INTO texts (store, sha256, trace_id) VALUES (?, ?, ?)",
+                                [(self.store, sha, trace_id) for sha, trace_id in held.items()])
+
+    def close(self) -> None:
+        self.db.close()
+
+
+@dataclass(frozen=True)
+class TraceInput:
+    """What one question's trace is built from, as handed to the helper process (plain, picklable data)."""
+
+    question_id: str
+    question_type: str
+    question: str
+    question_date: str
+    outcome: Outcome
+    record: QuestionRecord
+    judge_prompts: tuple[str | None, ...]  # one per record.verdicts: the filled judge template, when an answer was judged
+
+
+def trace_input(question: Question, outcome: Outcome, record: QuestionRecord, judge: Judge | None) -> TraceInput:
+    prompts = tuple(build_judge_prompt(judge.templates, question, judged.answer)
+                    if judge is not None and judged.answer else None for judged in record.verdicts)
+    return TraceInput(question.question_id, question.question_type, question.question,
+                      format_moment(question.question_date), outcome, record, prompts)
+
+
+@dataclass(frozen=True)
+class WriterSetup:
+    """What the helper process needs to write a job's traces."""
+
+    settings: TrackingSettings
+    experiment: str
+    run_id: str
+    tags: dict[str, str]
+    source: tuple[str, str]  # the verdicts' assessment source: (type, id)
+    registry: Path | None  # `traces.sqlite` in the cache folder (full traces only)
+
+
+def _cost(dollars: float | None) -> dict[str, float]:
+    """A span's `mlflow.llm.cost`: the call's dollars at lme's price (empty when the price is unknown)."""
+    return {} if dollars is None else {"total_cost": dollars}
+
+
+def _b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode("ascii")
+
+
+class _Trace:
+    """One trace's spans as MLflow's span dictionaries (attributes JSON-encoded, ids base64), built in order."""
+
+    def __init__(self) -> None:
+        raw = uuid.uuid4().bytes
+        self.trace_id = "tr-" + raw.hex()
+        self.otel_id = _b64(raw)
+        self.spans: list[dict[str, Any]] = []
+
+    def span(self, name: str, kind: str, parent: str | None, inputs: Any, outputs: Any, attributes: Mapping[str, Any],
+             start_ns: int, end_ns: int, error: str | None = None) -> str:
+        span_id = _b64(os.urandom(8))
+        encoded = {"mlflow.traceRequestId": json.dumps(self.trace_id), "mlflow.spanType": json.dumps(kind),
+                   "mlflow.spanInputs": json.dumps(inputs, ensure_ascii=False),
+                   "mlflow.spanOutputs": json.dumps(outputs, ensure_ascii=False)}
+        encoded |= {key: json.dumps(value, ensure_ascii=False) for key, value in attributes.items()}
+        self.spans.append({
+            "trace_id": self.otel_id, "span_id": span_id, "parent_span_id": parent, "name": name,
+            "start_time_unix_nano": start_ns, "end_time_unix_nano": max(end_ns, start_ns), "events": [],
+            "status": {"code": "STATUS_CODE_ERROR" if error else "STATUS_CODE_OK", "message": error or ""},
+            "attributes": encoded, "links": [],
+        })
+        return span_id
 
 
 class TraceWriter:
-    """Writes one trace per question into the job's experiment, linked to run `run_id`."""
+    """Writes one trace per question into the job's experiment, linked to run `run_id` (see the module doc).
 
-    def __init__(self, settings: TrackingSettings, run_id: str, tags: Mapping[str, str], judge: Judge | None) -> None:
-        import mlflow
+    The helper process outlives the writer: the later jobs of the same process (Hydra's basic launcher runs
+    a sweep's jobs one after another) hand their traces to the same helper, which starts once."""
 
-        mlflow.set_tracking_uri(settings.uri)  # MLflow's span exporter writes to the global tracking URI
-        self.full = settings.traces == "full"
-        self.client = client_for(settings)
-        self.experiment = experiment_id(settings)
-        self.run_id = run_id
-        self.tags = dict(tags)
+    def __init__(self, settings: TrackingSettings, run_id: str, tags: Mapping[str, str], judge: Judge | None,
+                 cache_dir: Path) -> None:
         self.judge = judge
-        self.written: list[tuple[str, Outcome]] = []
+        setup = WriterSetup(
+            settings=settings, experiment=experiment_id(settings), run_id=run_id, tags=dict(tags),
+            source=(("LLM_JUDGE" if judge.official else "CODE", judge.name) if judge is not None else ("CODE", "lme")),
+            registry=cache_dir / "traces.sqlite" if settings.traces == "full" else None)
+        self._helper = _helper()
+        self._helper.inbox.put(("job", setup))
         self.failed: str | None = None
+        self.written = 0
+        self.queued = 0
 
     def write(self, question: Question, outcome: Outcome, record: QuestionRecord) -> None:
-        """The question's trace (its feedback follows in `close`, once the spans are stored)."""
-        if self.failed is not None:
-            return
-        try:
-            self.written.append((self._trace(question, outcome, record), outcome))
-        except Exception as exc:  # noqa: BLE001 - a trace is a record of the run, never a reason to stop it
-            self._give_up(exc)
+        """Hand the question's record to the helper (the job's loop never waits for the store)."""
+        self._helper.inbox.put(("trace", trace_input(question, outcome, record, self.judge)))
+        self.queued += 1
 
     def close(self) -> None:
-        """Wait for the spans to be stored, then log each verdict as feedback on its trace."""
-        if not self.written:
-            return
-        try:
-            import mlflow
-            from mlflow.entities import AssessmentSource
+        """Wait for the helper to write what this job queued, then collect how it went."""
+        helper = self._helper
+        helper.inbox.put(("close", None))
+        result = None
+        while result is None:
+            try:
+                result = helper.results.get(timeout=1.0)
+            except queue.Empty:
+                if not helper.process.is_alive():
+                    break
+        if result is None:
+            self.failed = f"the trace writer stopped (exit status {helper.process.exitcode})"
+            print(f"lme: warning: {self.failed}; {self.queued} traces may be missing; the run goes on.",
+                  file=sys.stderr, flush=True)
+        else:
+            self.written, self.failed = result
 
-            mlflow.flush_trace_async_logging()
-            judge = self.judge
-            source = AssessmentSource(source_type="LLM_JUDGE" if judge is not None and judge.official else "CODE",
-                                      source_id=judge.name if judge is not None else "lme")
-            for trace_id, outcome in self.written:
-                if outcome.answer is None or outcome.judge_error:
-                    continue  # no verdict: the trace's lme.verdict tag says missing
-                mlflow.log_feedback(trace_id=trace_id, name="correct", value=bool(outcome.correct), source=source,
-                                    rationale=outcome.judge_reply or outcome.judge_note or None)
-        except Exception as exc:  # noqa: BLE001
+
+@dataclass
+class _Helper:
+    process: Any
+    inbox: Any
+    results: Any
+
+
+_HELPERS: list[_Helper] = []  # this process's trace helper, once started
+
+
+def _helper() -> _Helper:
+    if _HELPERS and _HELPERS[0].process.is_alive():
+        return _HELPERS[0]
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")  # never fork a process that holds threads and an event loop
+    inbox, results = context.Queue(), context.Queue()
+    process = context.Process(target=serve, args=(os.getpid(), inbox, results), name="lme-traces", daemon=True)
+    process.start()
+    _HELPERS[:] = [_Helper(process, inbox, results)]
+    return _HELPERS[0]
+
+
+def serve(parent_pid: int, inbox: Any, results: Any) -> None:
+    """The helper process: for each job, build and store its traces in batches until the job closes; stop
+    when the process that started it is gone."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the job, which then closes its writer
+    store: _Store | None = None
+    pending: list[TraceInput] = []
+    while True:
+        try:
+            kind, value = inbox.get(timeout=0.5 if pending else 2.0)
+        except queue.Empty:
+            if pending and store is not None:
+                store.write(pending)
+                pending = []
+            elif os.getppid() != parent_pid:  # the job's process is gone: nothing more will come
+                return
+            continue
+        if kind == "trace":
+            pending.append(value)
+            if len(pending) >= BATCH or inbox.empty():
+                if store is not None:
+                    store.write(pending)
+                pending = []
+        elif kind == "job":
+            store = _Store(value)
+        elif kind == "close":
+            if store is not None:
+                store.write(pending)
+                store.close()
+                results.put((store.written, store.failed))
+            else:
+                results.put((0, "no job was started"))
+            store, pending = None, []
+
+
+class _Store:
+    """The helper's side: one MLflow tracking store, the text registry, what was written, why it stopped."""
+
+    def __init__(self, setup: WriterSetup) -> None:
+        self.setup = setup
+        self.full = setup.settings.traces == "full"
+        self.written = 0
+        self.failed: str | None = None
+        self.registry: TextRegistry | None = None
+        try:
+            client = client_for(setup.settings)
+            self.store = client._tracking_client.store  # the store's own start_trace/log_spans (MLflow 3)
+            if setup.registry is not None:
+                created = client.get_experiment(setup.experiment).creation_time
+                self.registry = TextRegistry(setup.registry, f"{setup.settings.uri}#{setup.experiment}@{created}")
+        except Exception as exc:  # noqa: BLE001 - a trace is a record of the run, never a reason to stop it
             self._give_up(exc)
-        self.written = []
 
     def _give_up(self, exc: Exception) -> None:
         self.failed = f"{type(exc).__name__}: {first_line(exc)}"
         print(f"lme: warning: traces are no longer written for this job ({self.failed}); the run goes on.",
               file=sys.stderr, flush=True)
 
-    def _trace(self, question: Question, outcome: Outcome, record: QuestionRecord) -> str:
-        client = self.client
+    def write(self, batch: list[TraceInput]) -> None:
+        if self.failed is not None or not batch:
+            return
+        from mlflow.entities import Span
+
+        try:
+            held: dict[str, str] = {}  # texts this batch stores, by digest
+            built = [self._build(item, held) for item in batch]
+            for info, _ in built:
+                self.store.start_trace(info)
+            self.store.log_spans(self.setup.experiment,
+                                 [Span.from_dict(span) for _, trace in built for span in trace.spans])
+            if self.registry is not None and held:
+                self.registry.record(held)
+            self.written += len(batch)
+        except Exception as exc:  # noqa: BLE001
+            self._give_up(exc)
+
+    def close(self) -> None:
+        if self.registry is not None:
+            self.registry.close()
+
+    def _holder(self, sha: str, held: Mapping[str, str]) -> str | None:
+        if sha in held:
+            return held[sha]
+        return self.registry.holder(sha) if self.registry is not None else None
+
+    def _build(self, item: TraceInput, held: dict[str, str]):
+        from mlflow.entities import AssessmentSource, Feedback, TraceInfo, TraceLocation, TraceState
+
+        setup, outcome, record = self.setup, item.outcome, item.record
+        trace = _Trace()
         verdict = outcome.verdict
-        tags = {**self.tags, "lme.question_id": question.question_id, "lme.question_type": question.question_type,
-                "lme.verdict": verdict}
-        root = client.start_trace(
-            f"question {question.question_id}", span_type="CHAIN",
-            inputs={"question": question.question, "question_date": format_moment(question.question_date)},
-            attributes={"lme.question_id": question.question_id, "lme.question_type": question.question_type},
-            tags=tags, experiment_id=self.experiment, run_id=self.run_id, start_time_ns=record.start_ns,
-        )
-        trace_id, parent = root.trace_id, root.span_id
+        inputs = {"question": item.question, "question_date": item.question_date}
+        outputs = {"answer": outcome.answer, "verdict": verdict}
+        root = trace.span(f"question {item.question_id}", "CHAIN", None, inputs, outputs,
+                          {"lme.question_id": item.question_id, "lme.question_type": item.question_type},
+                          record.start_ns, record.end_ns)
+        tokens = {"input_tokens": 0, "output_tokens": 0}
+        dollars = 0.0
 
-        def span(name: str, kind: str, inputs: Any, outputs: Any, attributes: dict[str, Any], start: int, end: int,
-                 error: str | None = None) -> None:
-            child = client.start_span(name, trace_id=trace_id, parent_id=parent, span_type=kind, inputs=inputs,
-                                      attributes=attributes, start_time_ns=start)
-            client.end_span(trace_id, child.span_id, outputs=outputs, status="ERROR" if error else "OK",
-                            end_time_ns=end)
-
-        for event in record.memories:
-            memory = event.memory
-            attributes = {"view": event.view, "bytes": memory.n_bytes, "turns": len(memory.turn_ids),
-                          "skipped_turns": len(memory.skipped_turn_ids), "sha256": sha256_text(memory.text),
-                          "top_turn_ids": list(memory.turn_ids[:TOP_TURNS]), **{f"note.{k}": v for k, v in memory.notes.items()}}
-            outputs = {"text": memory.text} if self.full else {"sha256": attributes["sha256"], "bytes": memory.n_bytes}
-            span(f"memory {event.view}", "RETRIEVER", {"question_id": question.question_id}, outputs, attributes,
-                 event.start_ns, event.end_ns)
+        # reader spans first decide which messages this trace stores; the memory spans are added before them
+        reads = []
         for read in record.reads:
             call = read.call
+            sha = messages_sha256(read.messages)
             attributes = {"step": read.step, "view": read.view, "model": call.model, "attempt": read.attempt,
                           "gateway_attempts": call.attempts, "from_cache": call.cached,
                           "input_tokens": call.input_tokens, "output_tokens": call.output_tokens,
                           "cached_input_tokens": call.cached_input_tokens, "reasoning_tokens": call.reasoning_tokens,
-                          "cost_usd": call.cost_usd, "latency_s": round((read.end_ns - read.start_ns) / 1e9, 4)}
-            inputs = {"messages": read.messages} if self.full else {
-                "messages_sha256": sha256_text("\n".join(str(m.get("content", "")) for m in read.messages))}
-            outputs = {"answer": call.text, "error": call.error, **({"refusal": call.refusal} if call.refusal else {})}
-            span(f"reader {read.step}", "CHAT_MODEL", inputs, outputs, attributes, read.start_ns, read.end_ns,
-                 error=call.error)
-        for judged in record.verdicts:
+                          "cost_usd": call.cost_usd, "latency_s": round((read.end_ns - read.start_ns) / 1e9, 4),
+                          "messages_sha256": sha, "mlflow.llm.model": call.model,
+                          "mlflow.chat.tokenUsage": {"input_tokens": call.input_tokens,
+                                                     "output_tokens": call.output_tokens,
+                                                     "total_tokens": call.input_tokens + call.output_tokens},
+                          # lme's own price (set, MLflow would price the call itself, importing litellm per helper)
+                          "mlflow.llm.cost": _cost(call.cost_usd)}
+            stored = False
+            if not self.full:
+                span_inputs: dict[str, Any] = {"messages_sha256": sha}
+            elif (holder := self._holder(sha, held)) is not None and holder != trace.trace_id:
+                span_inputs = {"messages_sha256": sha, "messages_in_trace": holder}
+            else:
+                span_inputs, stored = {"messages": read.messages}, True
+                held[sha] = trace.trace_id
+            span_outputs = {"answer": call.text, "error": call.error, **({"refusal": call.refusal} if call.refusal else {})}
+            reads.append((read, span_inputs, span_outputs, attributes, stored))
+            tokens["input_tokens"] += call.input_tokens
+            tokens["output_tokens"] += call.output_tokens
+            dollars += call.cost_usd or 0.0
+
+        for event in record.memories:
+            memory = event.memory
+            sha = sha256_text(memory.text)
+            attributes = {"view": event.view, "bytes": memory.n_bytes, "turns": len(memory.turn_ids),
+                          "skipped_turns": len(memory.skipped_turn_ids), "sha256": sha,
+                          "top_turn_ids": list(memory.turn_ids[:TOP_TURNS]),
+                          **{f"note.{k}": v for k, v in memory.notes.items()}}
+            memory_outputs: dict[str, Any] = {"sha256": sha, "bytes": memory.n_bytes}
+            if self.full:
+                in_reader = next((read.step for read, _, _, _, stored in reads if stored and any(
+                    memory.text in str(m.get("content", "")) for m in read.messages)), None) if memory.text else None
+                if in_reader is not None:
+                    memory_outputs["text_in_span"] = f"reader {in_reader}"
+                    held.setdefault(sha, trace.trace_id)
+                elif (holder := self._holder(sha, held)) is not None and holder != trace.trace_id:
+                    memory_outputs["text_in_trace"] = holder
+                else:
+                    memory_outputs = {"text": memory.text}
+                    held[sha] = trace.trace_id
+            memory_span = trace.span(f"memory {event.view}", "MEMORY", root, {"question_id": item.question_id},
+                                     memory_outputs, attributes, event.start_ns, event.end_ns)
+            if memory.ranking is not None:
+                ranking = memory.ranking
+                top = [{"id": turn_id, "score": round(float(score), 6)}
+                       for turn_id, score in zip(ranking.turn_ids[:TOP_TURNS], ranking.scores[:TOP_TURNS])]
+                trace.span(f"retrieve {ranking.retriever}", "RETRIEVER", memory_span, {"query": item.question},
+                           top, {"retriever": ranking.retriever, "ranked": len(ranking.turn_ids)},
+                           event.start_ns, event.end_ns)
+
+        for read, span_inputs, span_outputs, attributes, _ in reads:
+            trace.span(f"reader {read.step}", "CHAT_MODEL", root, span_inputs, span_outputs, attributes,
+                       read.start_ns, read.end_ns, error=read.call.error)
+
+        for judged, prompt in zip(record.verdicts, item.judge_prompts):
             call = judged.verdict.call
-            prompt = (build_judge_prompt(self.judge.templates, question, judged.answer)
-                      if self.judge is not None and judged.answer else None)
-            attributes = {"step": judged.step, "latency_s": round((judged.end_ns - judged.start_ns) / 1e9, 4)}
+            attributes: dict[str, Any] = {"step": judged.step,
+                                          "latency_s": round((judged.end_ns - judged.start_ns) / 1e9, 4)}
             if call is not None:
                 attributes |= {"model": call.model, "from_cache": call.cached, "input_tokens": call.input_tokens,
-                               "output_tokens": call.output_tokens, "cost_usd": call.cost_usd}
-            inputs = {"prompt": prompt} if self.full else {"prompt_sha256": sha256_text(prompt or "")}
-            outputs = {"reply": judged.verdict.reply, "correct": judged.verdict.correct, "note": judged.verdict.note}
-            span(f"judge {judged.step}", "LLM", inputs, outputs, attributes, judged.start_ns, judged.end_ns,
-                 error=judged.verdict.error)
-        client.end_trace(trace_id, outputs={"answer": outcome.answer, "verdict": verdict},
-                         end_time_ns=max(record.end_ns, record.start_ns))
-        return trace_id
+                               "output_tokens": call.output_tokens, "cost_usd": call.cost_usd,
+                               "mlflow.llm.cost": _cost(call.cost_usd)}
+                tokens["input_tokens"] += call.input_tokens
+                tokens["output_tokens"] += call.output_tokens
+                dollars += call.cost_usd or 0.0
+            span_inputs = {"prompt": prompt} if self.full else {"prompt_sha256": sha256_text(prompt or "")}
+            span_outputs = {"reply": judged.verdict.reply, "correct": judged.verdict.correct,
+                            "note": judged.verdict.note}
+            trace.span(f"judge {judged.step}", "LLM", root, span_inputs, span_outputs, attributes,
+                       judged.start_ns, judged.end_ns, error=judged.verdict.error)
+
+        assessments = []
+        if outcome.answer is not None and not outcome.judge_error:  # no verdict: the lme.verdict tag says missing
+            source = AssessmentSource(source_type=setup.source[0], source_id=setup.source[1])
+            assessments.append(Feedback(name="correct", value=bool(outcome.correct), source=source,
+                                        rationale=outcome.judge_reply or outcome.judge_note or None,
+                                        trace_id=trace.trace_id))
+        start_ms = record.start_ns // 1_000_000
+        tokens["total_tokens"] = tokens["input_tokens"] + tokens["output_tokens"]
+        info = TraceInfo(
+            trace_id=trace.trace_id,
+            trace_location=TraceLocation.from_experiment_id(setup.experiment),
+            request_time=start_ms or int(time.time() * 1000),
+            execution_duration=max(record.end_ns - record.start_ns, 0) // 1_000_000,
+            state=TraceState.ERROR if verdict == "missing" else TraceState.OK,
+            request_preview=json.dumps(inputs, ensure_ascii=False)[:1000],
+            response_preview=json.dumps(outputs, ensure_ascii=False)[:1000],
+            trace_metadata={"mlflow.sourceRun": setup.run_id, "mlflow.trace_schema.version": "3",
+                            "mlflow.traceInputs": json.dumps(inputs, ensure_ascii=False)[:1000],
+                            "mlflow.traceOutputs": json.dumps(outputs, ensure_ascii=False)[:1000],
+                            "mlflow.trace.tokenUsage": json.dumps(tokens),
+                            "mlflow.trace.cost": json.dumps({"total_cost": round(dollars, 10)})},
+            tags={**setup.tags, "mlflow.traceName": f"question {item.question_id}",
+                  "mlflow.trace.spansLocation": "TRACKING_STORE", "lme.question_id": item.question_id,
+                  "lme.question_type": item.question_type, "lme.verdict": verdict},
+            assessments=assessments,
+        )
+        return info, trace

@@ -42,7 +42,7 @@ class TrackingSettings:
     uri: str = "sqlite:///mlflow.db"
     artifact_location: str | None = "mlruns"
     experiment: str = "lme"
-    traces: str = "off"  # one trace per question (lme.traces): one of TRACE_MODES
+    traces: str = "full"  # one trace per question (lme.traces): one of TRACE_MODES
 
 
 def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -156,7 +156,7 @@ def test_changed_values_are_what_differs_from_the_option_files_the_config_comes_
 
 
 def test_trace_modes_are_names_and_a_bad_one_is_refused():
-    assert compose_design([]).tracking.traces == "off"  # the default, for now (README: what traces cost)
+    assert compose_design([]).tracking.traces == "full"  # the default (README: what traces cost)
     assert compose_design(["tracking.traces=metadata"], check=True).tracking.traces == "metadata"
     cfg = compose_config([])
     cfg.tracking.traces = False  # YAML's bare `off`

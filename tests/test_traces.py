@@ -41,42 +41,54 @@ def _traces(where: Path, run_name_part: str):
 
 def test_each_question_is_a_trace_with_the_exact_prompt_and_its_verdict(tmp_path):
     with LoopbackServer(reply="offline") as server:
-        done = _job(tmp_path, server.base_url, "seed=5", "tracking.traces=full")
+        done = _job(tmp_path, server.base_url, "seed=5")  # traces are full by default
+        again = _job(tmp_path, server.base_url, "seed=8")  # the same prompts: each text stays stored once
         sent = [request.body["messages"] for request in server.completion_requests]
     assert done.returncode == 0, done.stderr[-3000:]
+    assert again.returncode == 0, again.stderr[-3000:]
     run, traces = _traces(tmp_path, "seed5")
     journal = [json.loads(line) for line in (next(tmp_path.glob("outputs/**/outcomes.jsonl"))).read_text().splitlines()]
     outcomes = {row["question_id"]: row for row in journal}
     assert sorted(t.info.tags["lme.question_id"] for t in traces) == sorted(outcomes)
-    received = sorted(json.dumps(messages, ensure_ascii=False) for messages in sent)
-    traced = []
+    received = sorted({json.dumps(messages, ensure_ascii=False) for messages in sent})
+    traced, held = [], {}
     for trace in traces:
         qid = trace.info.tags["lme.question_id"]
         assert trace.info.tags["lme.design"] == "bm25" and trace.info.tags["lme.seed"] == "5"
         assert trace.info.tags["lme.dataset_sha256"] == run.data.params["dataset.sha256"]
         names = [span.name for span in trace.data.spans]
         assert names[0] == f"question {qid}" and "memory first_pass" in names and "reader first_pass" in names
-        assert "judge first_pass" in names
+        assert "judge first_pass" in names and "retrieve bm25" in names
         rereads = [step["rule"] for step in outcomes[qid]["steps"] if step["reread"]]
         assert sorted(n for n in names if n.startswith("reader ") and n != "reader first_pass") == sorted(
             f"reader {rule}" for rule in rereads)
         for span in trace.data.spans:
             if span.name.startswith("reader "):
                 traced.append(json.dumps(span.inputs["messages"], ensure_ascii=False))
+                held[span.attributes["messages_sha256"]] = trace.info.trace_id
                 assert span.attributes["model"] == "openai/gpt-4o-mini" and span.attributes["input_tokens"] > 0
                 assert span.attributes["from_cache"] is False and span.attributes["cost_usd"] > 0
             if span.name == "memory first_pass":
-                assert span.attributes["bytes"] == outcomes[qid]["memory_bytes"] and span.outputs["text"]
+                assert span.attributes["bytes"] == outcomes[qid]["memory_bytes"]
+                assert span.outputs.get("text") or span.outputs.get("text_in_span") == "reader first_pass"
         feedback = [a for a in trace.info.assessments if a.name == "correct"]
         assert len(feedback) == 1 and feedback[0].value == outcomes[qid]["correct"]
         assert trace.info.tags["lme.verdict"] == ("correct" if outcomes[qid]["correct"] else "wrong")
-    assert sorted(traced) == received  # byte for byte what the model server was sent, every call
+    assert sorted(traced) == received  # byte for byte what the model server was sent, each prompt once
+
+    _, traces = _traces(tmp_path, "seed8")  # the second seed names the first seed's trace for each prompt
+    assert len(traces) == len(outcomes)
+    for trace in traces:
+        for span in trace.data.spans:
+            if span.name.startswith("reader "):
+                assert "messages" not in span.inputs
+                assert span.inputs["messages_in_trace"] == held[span.inputs["messages_sha256"]]
 
 
-def test_metadata_traces_hold_no_texts_and_off_writes_none(tmp_path):  # off is also the default
+def test_metadata_traces_hold_no_texts_and_off_writes_none(tmp_path):
     with LoopbackServer(reply="offline") as server:
         assert _job(tmp_path, server.base_url, "seed=6", "tracking.traces=metadata").returncode == 0
-        assert _job(tmp_path, server.base_url, "seed=7").returncode == 0
+        assert _job(tmp_path, server.base_url, "seed=7", "tracking.traces=off").returncode == 0
     _, traces = _traces(tmp_path, "seed6")
     assert len(traces) == 3
     for trace in traces:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from lme.data.records import Question
+from lme.retrieval.base import Ranking
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,6 +18,7 @@ class Memory:
     turn_ids: tuple[str, ...]  # turns included, in the order they appear
     skipped_turn_ids: tuple[str, ...] = ()  # ranked turns left out because they did not fit
     notes: dict[str, str] = field(default_factory=dict)
+    ranking: Ranking | None = None  # the retriever's ranking the memory was built from (its trace shows the top)
 
 
 class MemoryBuilder(Protocol):

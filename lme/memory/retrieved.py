@@ -100,4 +100,5 @@ class RetrievedMemoryBuilder:
                 "max_bytes": str(self.max_bytes),
                 "ranked": str(len(blocks)),
             },
+            ranking=ranking,
         )

@@ -33,7 +33,7 @@ from lme.data.records import Question, Session
 from lme.memory.base import Memory
 from lme.memory.dates import describe_distance, resolve_relative_dates
 from lme.memory.user_log import is_same_day
-from lme.retrieval.base import Retriever
+from lme.retrieval.base import Ranking, Retriever
 from lme.text import content_words, words
 
 CUT_MARK = " [message cut]"
@@ -139,6 +139,9 @@ class WholeSessionView:
 
     def candidates(self, question: Question) -> list[Choice]:
         """Sessions in the order the three steps propose them (no repeats)."""
+        return self._candidates(question)[0]
+
+    def _candidates(self, question: Question) -> tuple[list[Choice], Ranking]:
         sessions = question.sessions
         proposed: list[Choice] = []
         seen: set[int] = set()
@@ -157,7 +160,7 @@ class WholeSessionView:
         propose([i for i in by_score if i not in seen][: self.content_sessions], "content")
         ranking = self.retriever.rank(question, self.top_k)
         propose((int(turn_id.split(":", 1)[0][1:]) for turn_id in ranking.turn_ids), "retrieval")
-        return proposed
+        return proposed, ranking
 
     def build(self, question: Question) -> Memory:
         separator = "\n\n"
@@ -172,7 +175,8 @@ class WholeSessionView:
         used = utf8_len(header)
         chosen: list[Choice] = []
         rendered: dict[int, str] = {}
-        for choice in self.candidates(question):
+        candidates, ranking = self._candidates(question)
+        for choice in candidates:
             text = render_session(question.sessions[choice.index], question, self.message_max_chars)
             cost = utf8_len(separator + text)
             if used + cost <= self.max_bytes:
@@ -193,4 +197,5 @@ class WholeSessionView:
                 **{f"from_{step}": str(counts.get(step, 0)) for step in STEPS},
                 "session_ids": " ".join(question.sessions[i].session_id for i in order),
             },
+            ranking=ranking,
         )

@@ -228,4 +228,5 @@ class UserLogMemoryBuilder:
                 "sessions_kept": str(len(kept)),
                 "sessions": str(len(blocks)),
             },
+            ranking=ranking,
         )
