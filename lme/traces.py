@@ -15,12 +15,12 @@ Tags: lme.design, lme.seed, lme.question_id, lme.question_type, lme.dataset_sha2
 token and dollar totals are the reader's and judge's calls. `tracking.traces`: `full` (the default),
 `metadata` (no texts: digests and sizes instead), `off`.
 
-**Cost.** Traces are written by a helper process (`lme-traces`, spawned with the job's writer) straight to the
+**Cost.** Traces are written by a helper process (started with the job's first writer) straight to the
 tracking store (`start_trace` with the verdict as its assessment, then one `log_spans` for a batch of traces),
 not through MLflow's span exporter, which costs ~55 ms of CPU per trace on a SQLite store against ~10 ms this
 way. The job's loop only hands each question's record over a queue, so the store's work runs on another core
 and never holds the job's interpreter lock; `close` waits for the backlog. Ctrl-C leaves the helper to finish
-the queue; a helper whose job vanished stops by itself.
+the queue; a helper whose job's process is gone stops at the end of its input.
 
 **Each text once.** A memory, and the reader messages that carry it, do not depend on the seed: a text
 already held by a trace of the same store and experiment (found by its SHA-256 in `traces.sqlite` in the
@@ -36,9 +36,13 @@ from __future__ import annotations
 import base64
 import json
 import os
+import pickle
 import queue
 import sqlite3
+import struct
+import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Mapping
@@ -173,75 +177,112 @@ class TraceWriter:
             source=(("LLM_JUDGE" if judge.official else "CODE", judge.name) if judge is not None else ("CODE", "lme")),
             registry=cache_dir / "traces.sqlite" if settings.traces == "full" else None)
         self._helper = _helper()
-        self._helper.inbox.put(("job", setup))
+        self._helper.send(("job", setup))
         self.failed: str | None = None
         self.written = 0
         self.queued = 0
 
     def write(self, question: Question, outcome: Outcome, record: QuestionRecord) -> None:
         """Hand the question's record to the helper (the job's loop never waits for the store)."""
-        self._helper.inbox.put(("trace", trace_input(question, outcome, record, self.judge)))
+        self._helper.send(("trace", trace_input(question, outcome, record, self.judge)))
         self.queued += 1
 
     def close(self) -> None:
         """Wait for the helper to write what this job queued, then collect how it went."""
-        helper = self._helper
-        helper.inbox.put(("close", None))
-        result = None
-        while result is None:
-            try:
-                result = helper.results.get(timeout=1.0)
-            except queue.Empty:
-                if not helper.process.is_alive():
-                    break
+        self._helper.send(("close", None))
+        result = self._helper.result()
         if result is None:
-            self.failed = f"the trace writer stopped (exit status {helper.process.exitcode})"
+            self.failed = f"the trace writer stopped (exit status {self._helper.process.poll()})"
             print(f"lme: warning: {self.failed}; {self.queued} traces may be missing; the run goes on.",
                   file=sys.stderr, flush=True)
         else:
             self.written, self.failed = result
 
 
-@dataclass
+def _frame(value: Any) -> bytes:
+    data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    return struct.pack("<Q", len(data)) + data
+
+
+def _read_frame(stream: Any) -> Any:
+    """The next pickled value on `stream`; None at its end."""
+    head = stream.read(8)
+    if len(head) < 8:
+        return None
+    (size,) = struct.unpack("<Q", head)
+    data = stream.read(size)
+    return pickle.loads(data) if len(data) == size else None
+
+
 class _Helper:
-    process: Any
-    inbox: Any
-    results: Any
+    """The job process's side of the helper: a plain child process (`python -c ...`, so it starts the same way
+    under any launcher: Hydra's basic one, joblib's loky workers, Ray, submitit), fed pickled messages on its
+    stdin by a thread of ours, answering on its stdout."""
+
+    def __init__(self) -> None:
+        root = str(Path(__file__).resolve().parent.parent)  # where `lme` is, first on the helper's path
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
+        self.process = subprocess.Popen([sys.executable, "-c", "from lme.traces import helper_main; helper_main()"],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        self._outbox: queue.Queue[bytes | None] = queue.Queue()
+        self._feeder = threading.Thread(target=self._feed, name="lme-traces-feeder", daemon=True)
+        self._feeder.start()
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def send(self, message: tuple[str, Any]) -> None:
+        self._outbox.put(_frame(message))
+
+    def _feed(self) -> None:
+        stdin = self.process.stdin
+        while (data := self._outbox.get()) is not None:
+            try:
+                stdin.write(data)
+                stdin.flush()
+            except (BrokenPipeError, OSError, ValueError):  # the helper is gone: `result` says so
+                return
+
+    def result(self) -> tuple[int, str | None] | None:
+        """The helper's answer to a `close` (None when it stopped first)."""
+        return _read_frame(self.process.stdout)
 
 
 _HELPERS: list[_Helper] = []  # this process's trace helper, once started
 
 
 def _helper() -> _Helper:
-    if _HELPERS and _HELPERS[0].process.is_alive():
-        return _HELPERS[0]
-    import multiprocessing
-
-    context = multiprocessing.get_context("spawn")  # never fork a process that holds threads and an event loop
-    inbox, results = context.Queue(), context.Queue()
-    process = context.Process(target=serve, args=(os.getpid(), inbox, results), name="lme-traces", daemon=True)
-    process.start()
-    _HELPERS[:] = [_Helper(process, inbox, results)]
+    if not (_HELPERS and _HELPERS[0].alive()):
+        _HELPERS[:] = [_Helper()]
     return _HELPERS[0]
 
 
-def serve(parent_pid: int, inbox: Any, results: Any) -> None:
-    """The helper process: for each job, build and store its traces in batches until the job closes; stop
-    when the process that started it is gone."""
+def helper_main() -> None:
+    """The helper process: for each job, build and store its traces in batches until the job closes; stop at
+    the end of its input (the job's process is gone)."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the job, which then closes its writer
+    answers = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # anything printed goes to stderr; stdout carries only our answers
+    inbox: queue.Queue[Any] = queue.Queue()
+
+    def read() -> None:
+        stream = sys.stdin.buffer
+        while (message := _read_frame(stream)) is not None:
+            inbox.put(message)
+        inbox.put(("end", None))
+
+    threading.Thread(target=read, name="lme-traces-reader", daemon=True).start()
     store: _Store | None = None
     pending: list[TraceInput] = []
     while True:
         try:
-            kind, value = inbox.get(timeout=0.5 if pending else 2.0)
+            kind, value = inbox.get(timeout=0.5) if pending else inbox.get()
         except queue.Empty:
-            if pending and store is not None:
+            if store is not None:
                 store.write(pending)
-                pending = []
-            elif os.getppid() != parent_pid:  # the job's process is gone: nothing more will come
-                return
+            pending = []
             continue
         if kind == "trace":
             pending.append(value)
@@ -251,13 +292,14 @@ def serve(parent_pid: int, inbox: Any, results: Any) -> None:
                 pending = []
         elif kind == "job":
             store = _Store(value)
-        elif kind == "close":
+        elif kind in ("close", "end"):
             if store is not None:
                 store.write(pending)
                 store.close()
-                results.put((store.written, store.failed))
-            else:
-                results.put((0, "no job was started"))
+            if kind == "end":
+                return
+            answers.write(_frame((store.written, store.failed) if store is not None else (0, "no job was started")))
+            answers.flush()
             store, pending = None, []
 
 
