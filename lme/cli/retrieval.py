@@ -21,12 +21,20 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from lme.cli.parser import make_parser
+from lme.retrieval.official import (
+    OFFICIAL_LEVELS,
+    OFFICIAL_MEASURES,
+    OfficialSummary,
+    official_name,
+    official_summary,
+)
 from lme.retrieval.metrics import (
     DEFAULT_KS,
     LEVELS,
     QuestionScores,
     RetrievalReport,
     metric_name,
+    mlflow_name,
     score_question,
     summarise,
     user_turns_view,
@@ -59,10 +67,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of Markdown tables")
     parser.add_argument("--k", type=parse_ks, default=DEFAULT_KS, metavar="K,K,...",
-                        help="cut-offs (default 1,5,10,50,100); each question's top max(K) turns are ranked")
+                        help="cut-offs (default 1,5,10,50,100); every turn of each question is ranked, so no "
+                        "session-level k is cut short")
     parser.add_argument("--user-turns-only", action="store_true",
                         help="the official LongMemEval convention: rank user turns only; evidence = has_answer user "
-                        "turns and the evidence sessions holding one")
+                        "turns and the evidence sessions holding one; also reports LongMemEval's own measures, "
+                        "computed as its evaluation code does (lme.retrieval.official)")
     return parser
 
 
@@ -94,6 +104,21 @@ def markdown_tables(report: RetrievalReport, measures: Sequence[str] = ("recall"
     return "\n\n".join(blocks) + "\n\n" + notes
 
 
+def official_table(summary: OfficialSummary) -> str:
+    """LongMemEval's own measures (`lme.retrieval.official`): one row per level, columns `measure@k`."""
+    ks = sorted({int(name.rsplit("@", 1)[1]) for name in summary.values})
+    header = ["level", "n"] + [f"{measure}@{k}" for measure in OFFICIAL_MEASURES for k in ks]
+    lines = ["LongMemEval's own measures (its evaluation code's definitions; user turns only)", "",
+             "| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["--:"] * (len(header) - 1)) + "|"]
+    for level in OFFICIAL_LEVELS:
+        cells = [level, str(summary.n_scored)]
+        cells += [_fmt(summary.values.get(official_name(level, measure, k))) for measure in OFFICIAL_MEASURES for k in ks]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", f"left out as the official average does: {summary.ignored_abstention} abstention, "
+              f"{summary.ignored_no_target} without a user turn marked has_answer."]
+    return "\n".join(lines)
+
+
 def _json_safe(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
@@ -118,25 +143,30 @@ def per_question_row(score: QuestionScores) -> dict[str, Any]:
 
 
 def rank_and_score(
-    questions: Sequence[Any], retriever: Any, ks: Sequence[int], user_turns_only: bool
+    questions: Sequence[Any], retriever: Any, ks: Sequence[int], user_turns_only: bool,
+    official: list[dict[str, float]] | None = None,
 ) -> list[QuestionScores]:
-    """Each question ranked and scored, with progress on stderr (`lme.progress`: questions done, rate, ETA)."""
+    """Each question ranked (all its turns, never fewer than max(ks)) and scored, with progress on stderr
+    (`lme.progress`: questions done, rate, ETA); with `official`, LongMemEval's own measures of each ranking
+    are appended to it (user turns only)."""
     from lme.progress import progress
+    from lme.retrieval.official import OFFICIAL_KS, official_scores
 
-    top_k = max(ks)
     scores = []
     with progress(f"ranking ({retriever.name})", len(questions), "questions") as shown:
         for question in questions:
             view = user_turns_view(question) if user_turns_only else question
-            ranking = retriever.rank(view, top_k)
+            ranking = retriever.rank(view, max(max(ks), len(view.turns())))
             scores.append(score_question(question, ranking.turn_ids, ks, user_turns_only))
+            if official is not None:
+                official.append(official_scores(question, ranking.turn_ids, sorted(set(ks) | set(OFFICIAL_KS))))
             shown.update()
     return scores
 
 
 def _log_to_mlflow(design: Design, data_path: Any, report: RetrievalReport,
                    scores: Sequence[QuestionScores], retriever_name: str, options: argparse.Namespace,
-                   seconds: float, result: Mapping[str, Any]) -> str | None:
+                   seconds: float, result: Mapping[str, Any], official: OfficialSummary | None = None) -> str | None:
     from lme.hashing import file_sha256
     from lme.tracking import JobRun
 
@@ -156,7 +186,10 @@ def _log_to_mlflow(design: Design, data_path: Any, report: RetrievalReport,
         params["retrieval.ks"] = ",".join(str(k) for k in report.ks)
         params["retrieval.user_turns_only"] = str(options.user_turns_only).lower()
         tracker.log_params(params)
-        tracker.log_metrics(report.as_metrics() | {"seconds_per_question": seconds / max(1, report.n_questions)})
+        metrics = report.as_metrics() | {"seconds_per_question": seconds / max(1, report.n_questions)}
+        if official is not None:
+            metrics |= {mlflow_name(name): value for name, value in official.values.items()}
+        tracker.log_metrics(metrics)
         tracker.log_text(json.dumps(_json_safe(result), indent=2, sort_keys=True) + "\n", REPORT_ARTIFACT)
         rows = "".join(json.dumps(_json_safe(per_question_row(s)), sort_keys=True) + "\n" for s in scores)
         tracker.log_text(rows, PER_QUESTION_ARTIFACT)
@@ -186,9 +219,11 @@ def _main(design: Design, options: argparse.Namespace) -> int:
     name = str(getattr(retriever, "name", type(retriever).__name__))
 
     started = time.perf_counter()
-    scores = rank_and_score(questions, retriever, options.k, options.user_turns_only)
+    official: list[dict[str, float]] | None = [] if options.user_turns_only else None
+    scores = rank_and_score(questions, retriever, options.k, options.user_turns_only, official)
     seconds = time.perf_counter() - started
     report = summarise(scores, options.k)
+    summary = official_summary(questions, official) if official is not None else None
     result: dict[str, Any] = {
         "design": design.name,
         "retriever": name,
@@ -197,7 +232,10 @@ def _main(design: Design, options: argparse.Namespace) -> int:
         **report.as_dict(),
         "seconds": round(seconds, 3),
     }
-    run_id = _log_to_mlflow(design, data_path, report, scores, name, options, seconds, result)
+    if summary is not None:
+        result["official"] = {"n_scored": summary.n_scored, "ignored_abstention": summary.ignored_abstention,
+                              "ignored_no_target": summary.ignored_no_target, "metrics": dict(summary.values)}
+    run_id = _log_to_mlflow(design, data_path, report, scores, name, options, seconds, result, summary)
     result["mlflow_run_id"] = run_id
     if options.json:
         print(json.dumps(_json_safe(result)), flush=True)
@@ -205,6 +243,8 @@ def _main(design: Design, options: argparse.Namespace) -> int:
         convention = ", user turns only" if options.user_turns_only else ""
         print(f"## Retrieval: design {result['design']}, retriever {name}{convention}\n", flush=True)
         print(markdown_tables(report), flush=True)
+        if summary is not None:
+            print("\n" + official_table(summary), flush=True)
     print(
         f"lme retrieval: {report.n_questions} questions in {seconds:.1f} s"
         + (f"; MLflow run {run_id}" if run_id else ""),

@@ -214,3 +214,22 @@ def test_mlflow_run_holds_the_metrics_params_and_artifacts(tmp_path) -> None:
     local = client.download_artifacts(run_id, "retrieval_per_question.jsonl", str(tmp_path))
     rows = [json.loads(line) for line in Path(local).read_text(encoding="utf-8").splitlines()]
     assert len(rows) == 42 and sum(row["abstention"] for row in rows) == 5
+
+
+def test_user_turns_only_adds_longmemeval_s_own_measures_on_the_mini_file(capsys) -> None:
+    """The official measures of the command equal those computed here from full user-turn rankings."""
+    from lme.retrieval.metrics import user_turns_view
+    from lme.retrieval.official import official_scores, official_summary
+
+    assert main(["+design=bm25", "retriever=fts5", f"dataset.path={MINI}", "tracking.enabled=false", "--json",
+                 "--user-turns-only", "--k", "1,10"]) == 0
+    official = json.loads(capsys.readouterr().out)["official"]
+    questions = load_questions(MINI)
+    retriever = FTS5Retriever()
+    per_question = [official_scores(q, retriever.rank(user_turns_view(q), 10_000).turn_ids, (1, 3, 5, 10, 30, 50))
+                    for q in questions]
+    expected = official_summary(questions, per_question)
+    assert official["n_scored"] == expected.n_scored and official["ignored_abstention"] == expected.ignored_abstention
+    assert official["n_scored"] + official["ignored_abstention"] + official["ignored_no_target"] == len(questions)
+    assert official["metrics"] == pytest.approx(dict(expected.values))
+    assert "official.session.recall_any@50" in official["metrics"]
