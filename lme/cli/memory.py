@@ -67,6 +67,7 @@ MEMORY_FIELDS: tuple[Field, ...] = (
     Field("sessions_kept", int),
     Field("same_day", bool),
     Field("overflow", bool),
+    Field("replies_ran_out", bool),  # no budget refused a reply: the ranked replies ended first
 )
 # The whole-session view (`--view whole_sessions`): sessions shown, their bytes, and how many
 # sessions each of the three selection steps contributed.

@@ -9,7 +9,8 @@ Layout (every number comes from config):
    heading with its date, neutral id and distance from the question date, each
    message prefixed with its turn id and followed, when it holds relative time
    expressions, by one "Resolved dates:" line;
-3. assistant replies in the retriever's (fused) order, user turns dropped, each
+3. assistant replies in the retriever's (fused) order among its top `top_k` turns (200: with the
+   hybrid retriever, the whole merge of its two top-100 lists), user turns dropped, each
    with its date, turn id and the id of the user message it answered, until the
    replies reach `reply_max_bytes` or the memory reaches `max_bytes`; a reply
    that does not fit is skipped, never cut.
@@ -95,7 +96,7 @@ class UserLogMemoryBuilder:
     def __init__(
         self,
         retriever: Retriever,
-        top_k: int = 100,
+        top_k: int = 200,
         max_bytes: int = 180_000,
         reply_max_bytes: int = 96_000,
         overflow_policy: str = "retrieved_and_newest",
@@ -222,6 +223,7 @@ class UserLogMemoryBuilder:
                 "user_messages": str(sum(blocks[i].user_messages for i in kept)),
                 "resolved_date_lines": str(sum(blocks[i].resolved_lines for i in kept)),
                 "replies": str(len(included)),
+                "replies_ran_out": str(not skipped).lower(),  # no budget refused a reply: the ranked turns ended first
                 "reply_bytes": str(reply_bytes),
                 "same_day": str(is_same_day(question)).lower(),
                 "overflow": str(overflow).lower(),

@@ -152,3 +152,20 @@ def test_on_the_real_mini_set_every_user_message_appears_verbatim_within_budget(
             assert session.original_id not in memory.text
         assert int(memory.notes["replies"]) > 0
         assert int(memory.notes["reply_bytes"]) <= 96_000
+
+
+def test_replies_come_from_the_whole_merge_of_two_top_100_lists_user_turns_dropped_after():
+    """As the study: both retrievers' top-100 lists merged by RRF (up to 200 turns), no cut at 100 before
+    user turns are dropped; here the merge's first 100 turns hold only 50 replies, and the rest come after."""
+    from lme.retrieval.fusion import FusedRetriever
+
+    turns = [("user" if j % 2 == 0 else "assistant", f"message {j} " + "x" * 40) for j in range(300)]
+    q = make_question([turns], [datetime(2023, 5, 1, 9, 0)])
+    ids = [t.turn_id for t in q.turns()]
+    first, second = FixedOrder(ids[:100]), FixedOrder(ids[100:200])  # disjoint top-100 lists: 200 turns merged
+    fused = FusedRetriever({"a": first, "b": second})
+    memory = UserLogMemoryBuilder(fused).build(q)  # the default top_k: 200
+    replies = [turn_id for turn_id in memory.turn_ids if int(turn_id.split(":")[1]) % 2 == 1]
+    assert len(replies) == 100 and memory.notes["replies_ran_out"] == "true"
+    cut = UserLogMemoryBuilder(fused, top_k=100).build(q)  # the old cut: half the replies
+    assert len([t for t in cut.turn_ids if int(t.split(":")[1]) % 2 == 1]) == 50
