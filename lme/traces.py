@@ -27,8 +27,8 @@ already held by a trace of the same store and experiment (found by its SHA-256 i
 cache folder) is not stored again; the span names the text's digest and the trace that holds it. Within a
 trace, a memory text that a stored reader message contains verbatim is shown there, not twice.
 
-Tracing never stops a job: a store that refuses a trace is reported once on stderr and tracing ends for the
-job.
+Tracing never stops a job: a store that refuses a trace ends tracing for the job, which says so once on
+stderr when it closes its writer.
 """
 
 from __future__ import annotations
@@ -197,6 +197,9 @@ class TraceWriter:
                   file=sys.stderr, flush=True)
         else:
             self.written, self.failed = result
+            if self.failed is not None:  # said by the job, on its own stderr (the helper may outlive it)
+                print(f"lme: warning: traces stopped after {self.written} of {self.queued} for this job "
+                      f"({self.failed}); the run went on.", file=sys.stderr, flush=True)
 
 
 def _frame(value: Any) -> bytes:
@@ -322,9 +325,7 @@ class _Store:
             self._give_up(exc)
 
     def _give_up(self, exc: Exception) -> None:
-        self.failed = f"{type(exc).__name__}: {first_line(exc)}"
-        print(f"lme: warning: traces are no longer written for this job ({self.failed}); the run goes on.",
-              file=sys.stderr, flush=True)
+        self.failed = f"{type(exc).__name__}: {first_line(exc)}"  # the job says so when it closes its writer
 
     def write(self, batch: list[TraceInput]) -> None:
         if self.failed is not None or not batch:

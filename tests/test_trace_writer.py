@@ -118,7 +118,7 @@ def test_a_store_that_refuses_traces_is_reported_once_and_the_job_goes_on(tmp_pa
     _, _, _, writer, _ = _job(tmp_path, questions, seed=1, delete_experiment=True)  # closes without raising
     assert writer.failed is not None and writer.written == 0
     err = capfd.readouterr().err
-    assert err.count("traces are no longer written for this job") == 1 and "the run goes on" in err
+    assert err.count("traces stopped after 0 of 5 for this job") == 1 and "the run went on" in err
 
 
 @pytest.mark.parametrize("mode", ["full", "metadata"])
