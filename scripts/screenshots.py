@@ -110,8 +110,11 @@ def main(argv: list[str] | None = None) -> int:
             ids = ",".join(f'"{run.info.run_id}"' for run in jobs)
             pages = {
                 # the jobs only: a search shows them flat, with their design, dataset, seed and accuracy
+                # sorted by a metric, MLflow lists nested runs flat (sorted by creation, it folds them under
+                # their parent), and the sort key's column is shown
                 "runs_table.png": f"{url}/#/experiments/{experiment}/runs?searchFilter="
-                                  + urllib.parse.quote("tags.`lme.role` = 'job'"),
+                                  + urllib.parse.quote("tags.`lme.role` = 'job'")
+                                  + "&orderByKey=" + urllib.parse.quote("metrics.`accuracy`") + "&orderByAsc=false",
                 "trace.png": f"{url}/#/experiments/{experiment}/traces?selectedEvaluationId={trace.info.trace_id}",
                 "compare_runs.png": f"{url}/#/compare-runs?runs=[{ids}]&experiments=[\"{experiment}\"]",
             }
