@@ -33,7 +33,7 @@ The rules, by key (`*.x` means a key named `x` anywhere):
 | `budget.ledger_path`, `*.cache_path` | a file, or a path where one can be created (cache_path may be null) |
 | `dataset.path` | a readable regular file (`lme.data.load.check_data_file`) |
 | `prereg` | null or a readable regular file |
-| `judge.templates_path` | null, or a path that is not a directory, FIFO or device |
+| `judge.templates_path`, `instructions.source` | null, or a path that is not a directory, FIFO or device |
 | `tracking.uri` | sqlite:///PATH, postgresql://, mysql://, mssql:// (with +driver), http(s)://, databricks; file: only with MLFLOW_ALLOW_FILE_STORE=true |
 | `verbose`, `progress`, `dataset.stream`, `tracking.enabled`, `judge.official` | true or false |
 | `split_missing`, `memory.overflow_policy`, `reader.instruction_role`, `*.device`, `*.backend` | one of their options |
@@ -474,6 +474,7 @@ def _rules(cfg: DictConfig) -> list[tuple[re.Pattern[str], Check]]:
         (r"embedding\.(?:query_prompt|document_prompt)", text(nonempty=False)),
         (r"(?:memory|view)\.name", text()),
         (r"instructions\.base", text()),
+        (r"instructions\.source", existing_not_special),
         (r"arbiter\.view", text()),
     ]
     return [(re.compile(pattern), check) for pattern, check in table]

@@ -51,6 +51,7 @@ RUN_ONLY_PATHS: tuple[str, ...] = (
     "budget",  # spending caps and the ledger: how far a run may go, not what it measures
     "dataset.path",  # the file's SHA-256 and the selected ids are recorded instead
     "judge.templates_path",  # the templates' digests are recorded instead
+    "instructions.source",  # the study's texts it holds are recorded instead (loaded into instructions.*)
     "dataset.stream",  # how the file is read, not what is in it
 )
 # Key names that are run-only wherever they occur (model, retriever and view settings):
@@ -320,7 +321,14 @@ def _design(cfg: Any, container: dict[str, Any]) -> Design:
 
     dataset, budget = node("dataset"), node("budget")
     view = Component("view", frozen(container["view"])) if isinstance(container.get("view"), Mapping) else None
+    source = load_instruction_source(container)  # instructions=study: the study's texts, verified, into the config
     instructions = compose_instructions(node("instructions"), container.get("rules"), view)
+    if source is not None:
+        from lme.answer.study_instructions import check_study_steps
+
+        steps = {FIRST_PASS: instructions.first_pass_paragraphs,
+                 **{step.rule.name: step.rule.paragraphs for step in instructions.rules}}
+        check_study_steps(source, steps, instructions.texts)
     memory = Component("memory", frozen(container.get("memory") or {}))
     arbiter = arbiter_spec(container.get("arbiter"), instructions, view)
     check_paragraphs(instructions, memory, view, arbiter, container.get("design_name"))
@@ -487,6 +495,31 @@ def design_digest(container: Mapping[str, Any]) -> str:
 
         bad = next((path for path, value in flatten(canonical_design(container)).items() if not finite(value)), "?")
         raise LmeError(f"config {bad}: NaN or infinity is not a value a design can hold; quote it if it is text.") from None
+
+
+def load_instruction_source(container: dict[str, Any]) -> str | None:
+    """`instructions.source` set (instructions=study): read the study's base instruction and paragraphs from
+    that file, every step verified against the study's published digest (`lme.answer.study_instructions`),
+    and put them in the config as `instructions.base` and `instructions.paragraphs`, so that the design's
+    digest, prereg and the audit see the texts the run uses. Paragraphs of other names the config gives stay
+    (a variant's own paragraph); a config `base`, or a paragraph named like one of the study's, is refused.
+    Returns the file's path, or None without a source."""
+    node = container.get("instructions")
+    if not isinstance(node, dict) or not node.get("source"):
+        return None
+    from lme.answer.study_instructions import STUDY_PARAGRAPHS, load_study_instructions
+
+    path = str(node["source"])
+    own = dict(node.get("paragraphs") or {})
+    clash = [name for name in own if name in STUDY_PARAGRAPHS]
+    if node.get("base") or clash:
+        what = "instructions.base" if node.get("base") else f"instructions.paragraphs.{clash[0]}"
+        raise LmeError(f"{what}: the study's texts come from instructions.source ({path}); drop {what} or "
+                       "instructions.source.")
+    study = load_study_instructions(path)
+    node["base"] = study.base
+    node["paragraphs"] = {**dict(study.paragraphs), **own}
+    return str(study.path)
 
 
 def compose_instructions(instructions: Mapping[str, Any], rules: Any, view: Component | None) -> Instructions:
