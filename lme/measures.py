@@ -289,6 +289,14 @@ class PairedGroup:
     majority_interval: Interval
     gained: tuple[str, ...]  # majority-correct under B, not under A
     lost: tuple[str, ...]  # majority-correct under A, not under B
+    # the mean-of-runs measure per question: B right in more of its runs than A / in fewer (a share of the runs,
+    # so designs with different numbers of runs compare; with equal numbers, a count of correct runs)
+    more_runs: tuple[str, ...] = ()
+    fewer_runs: tuple[str, ...] = ()
+    # the task-averaged accuracy (the unweighted mean over the types), mean of runs: B - A; within one type it is
+    # that type's mean-of-runs difference
+    task_averaged_difference: float = float("nan")
+    task_averaged_interval: Interval | None = None
 
 
 @dataclass(frozen=True)
@@ -310,31 +318,42 @@ def paired_difference(
 ) -> PairedComparison:
     """Design B minus design A on the questions in `types` (both designs' runs on the same
     questions), on both measures, with stratified-bootstrap intervals (questions resampled
-    within each type; both measures and every type from the same resamples) and the
-    questions gained and lost on the majority measure."""
+    within each type; both measures and every type from the same resamples), the questions
+    gained and lost on the majority measure, the questions with more and fewer correct runs
+    on the mean measure, and the task-averaged difference (mean of runs) with its interval."""
     ids = sorted(types)
     mean_a, mean_b = question_means(runs_a, ids), question_means(runs_b, ids)
     major_a, major_b = majority_correct(runs_a, ids), majority_correct(runs_b, ids)
     d_mean = [mean_b[q] - mean_a[q] for q in ids]
     d_major = [float(major_b[q]) - float(major_a[q]) for q in ids]
-    boot = stratified_bootstrap([d_mean, d_major], [types[q] for q in ids], n_resamples, seed, confidence)
+    # Task-averaged: every resample keeps the strata sizes, so the mean of these reweighted differences is
+    # the unweighted mean over types of each type's mean difference, in the sample and in every resample.
+    sizes = {t: sum(1 for q in ids if types[q] == t) for t in set(types[q] for q in ids)}
+    d_task = [d_mean[i] * len(ids) / (len(sizes) * sizes[types[q]]) for i, q in enumerate(ids)]
+    boot = stratified_bootstrap([d_mean, d_major, d_task], [types[q] for q in ids], n_resamples, seed, confidence)
 
-    def group(members: list[int], intervals: tuple[Interval, ...]) -> PairedGroup:
+    def group(members: list[int], intervals: tuple[Interval, ...], overall: bool) -> PairedGroup:
         chosen = [ids[i] for i in members]
+        mean_difference = _mean([d_mean[i] for i in members])
         return PairedGroup(
             n_questions=len(chosen),
-            mean_difference=_mean([d_mean[i] for i in members]),
+            mean_difference=mean_difference,
             mean_interval=intervals[0],
             majority_difference=_mean([d_major[i] for i in members]),
             majority_interval=intervals[1],
             gained=tuple(q for q in chosen if major_b[q] and not major_a[q]),
             lost=tuple(q for q in chosen if major_a[q] and not major_b[q]),
+            more_runs=tuple(q for q in chosen if mean_b[q] > mean_a[q]),
+            fewer_runs=tuple(q for q in chosen if mean_b[q] < mean_a[q]),
+            task_averaged_difference=_mean([d_task[i] for i in members]) if overall else mean_difference,
+            task_averaged_interval=intervals[2] if overall else intervals[0],
         )
 
     per_type = {
-        t: group([i for i, q in enumerate(ids) if types[q] == t], boot.per_stratum[t]) for t in boot.per_stratum
+        t: group([i for i, q in enumerate(ids) if types[q] == t], boot.per_stratum[t], False) for t in boot.per_stratum
     }
-    return PairedComparison(n_resamples, seed, confidence, group(list(range(len(ids))), boot.overall), per_type)
+    overall = group(list(range(len(ids))), boot.overall, True)
+    return PairedComparison(n_resamples, seed, confidence, overall, per_type)
 
 
 def accuracy_intervals(
@@ -512,12 +531,40 @@ class CostSummary:
     reader_cached_input_tokens: int = 0  # input tokens the provider served from its prompt cache
     judge_cached_input_tokens: int = 0
     cached_input_at_input_price: int = 0  # cached tokens (reader and judge) priced as input: no cache-read price
+    # the reader's calls split by step: the first pass (a row's first step, or a row without steps) and the
+    # re-reads (every later step); each pair sums to reader_calls / reader_input_tokens
+    first_pass_reader_calls: int = 0
+    first_pass_input_tokens: int = 0
+    reread_reader_calls: int = 0
+    reread_input_tokens: int = 0
+
+    @property
+    def first_pass_mean_input_tokens(self) -> float:
+        return self.first_pass_input_tokens / self.first_pass_reader_calls if self.first_pass_reader_calls else float("nan")
+
+    @property
+    def reread_mean_input_tokens(self) -> float:
+        return self.reread_input_tokens / self.reread_reader_calls if self.reread_reader_calls else float("nan")
+
+
+def step_reader_split(row: Mapping[str, Any]) -> tuple[tuple[int, int], tuple[int, int]]:
+    """A row's reader (calls, input tokens) on its first pass and on its re-reads (every later step)."""
+    steps = row_steps(row)
+
+    def of(step: Mapping[str, Any]) -> tuple[int, int]:
+        stats = step.get("reader") or {}
+        return int(stats.get("calls", 0) or 0), int(stats.get("input_tokens", 0) or 0)
+
+    first = of(steps[0])
+    later = [of(step) for step in steps[1:]]
+    return first, (sum(c for c, _ in later), sum(t for _, t in later))
 
 
 def cost_summary(runs: Sequence[Sequence[Mapping[str, Any]]]) -> CostSummary:
     rows = [row for run in runs for row in run]
     reader = [row_call_totals(row, "reader") for row in rows]
     judge = [row_call_totals(row, "judge") for row in rows]
+    split = [step_reader_split(row) for row in rows]
 
     def total(parts: list[dict[str, float]], name: str) -> float:
         return sum(part[name] for part in parts)
@@ -547,4 +594,8 @@ def cost_summary(runs: Sequence[Sequence[Mapping[str, Any]]]) -> CostSummary:
         judge_cached_input_tokens=int(total(judge, "cached_input_tokens")),
         cached_input_at_input_price=int(total(reader, "cached_input_at_input_price")
                                         + total(judge, "cached_input_at_input_price")),
+        first_pass_reader_calls=sum(first[0] for first, _ in split),
+        first_pass_input_tokens=sum(first[1] for first, _ in split),
+        reread_reader_calls=sum(later[0] for _, later in split),
+        reread_input_tokens=sum(later[1] for _, later in split),
     )

@@ -540,18 +540,19 @@ class PreregFacts:
 def prereg_facts(record: Mapping[str, Any], runs: Iterable[Any]) -> PreregFacts:
     """The primary measure spec of `record`, and whether it was frozen after the first of `runs` it covers.
 
-    `runs` are MLflow `Run`s (`run.info.start_time` in ms, `run.data.tags`); a run is covered when its
+    `runs` are MLflow `Run`s (`run.info.start_time` in ms, `run.data.tags`) or the report's
+    `lme.report_source.RunInfo`s (`run.start_time`, `run.tags`); a run is covered when its
     `lme.prereg_sha256` tag is the record's digest or its `lme.design_sha256` tag is the record's design
     digest (so runs of the same design made before freezing count)."""
     plan = Plan.from_dict(record.get("plan") or {})
     frozen_at = datetime.fromisoformat(str(record["created"]).replace("Z", "+00:00"))
     starts = []
     for run in runs:
-        tags = run.data.tags
+        tags, start = (run.data.tags, run.info.start_time) if hasattr(run, "data") else (run.tags, run.start_time)
         if tags.get("lme.prereg_sha256") == record.get("record_sha256") or (
             tags.get("lme.design_sha256") and tags.get("lme.design_sha256") == record.get("design_sha256")
         ):
-            starts.append(datetime.fromtimestamp(run.info.start_time / 1000, tz=timezone.utc))
+            starts.append(datetime.fromtimestamp(start / 1000, tz=timezone.utc))
     first = min(starts) if starts else None
     return PreregFacts(
         record_sha256=str(record.get("record_sha256")),

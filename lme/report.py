@@ -12,7 +12,12 @@ Conventions, stated in every report:
   counts the questions correct in at least a majority of the runs;
 - a paired comparison "B - A" uses the questions both designs ran; its 95% interval comes from a
   stratified bootstrap (questions resampled within each question type, seeded); gained / lost
-  are questions B gets right in a majority of its runs and A does not / the reverse;
+  are questions B gets right in a majority of its runs and A does not / the reverse; on the
+  mean of runs, "more runs" / "fewer runs" are questions B gets right in more / fewer of its
+  runs than A;
+- when the runs carry a preregistration record (their `lme.prereg_sha256` tag), the report opens
+  with the record's primary measure for its design, and the planned comparisons' differences,
+  whatever they scored (`Preregistration`, given by the command, which reads the records);
 - plain accuracy is correct answers over questions (LongMemEval's "Overall Accuracy"); the
   task-averaged accuracy is the unweighted mean of the per-type accuracies, abstention
   questions counted in their base type (LongMemEval's "Task-averaged Accuracy"). Mastra's
@@ -62,7 +67,13 @@ HEADLINE_NOTE = (
 PAIRS_NOTE = (
     "Differences in points with 95% intervals from {resamples:,} stratified bootstrap resamples of the questions "
     "within each question type (seed {seed}). Gained / lost: questions correct in {majority} under the second "
-    "design and not the first / the reverse."
+    "design and not the first / the reverse. More runs / fewer runs (the mean of runs): questions the second design "
+    "gets right in more / fewer of its runs than the first (compared as shares of runs when the designs have "
+    "different numbers of runs)."
+)
+PRIMARY_NOTE = (
+    "Stated first because the runs carry a preregistration record (their lme.prereg_sha256 tag): its primary "
+    "measure and planned comparisons, whatever they scored."
 )
 STEPS_NOTE = (
     "Per step (the first pass, then each rule in its configured order): questions the rule chose in any run; "
@@ -71,7 +82,8 @@ STEPS_NOTE = (
 )
 COST_NOTE = (
     "Totals over each design's runs at list price (cached calls included); reader cost per answer is the reader "
-    "cost over question-runs; mean input tokens per reader call. Cached input tokens (reader and judge, share of "
+    "cost over question-runs; mean input tokens per reader call. The reader's calls and input tokens are split "
+    "into the first pass and the re-reads (every step after it; the two sum to the totals). Cached input tokens (reader and judge, share of "
     "their input tokens) are those the provider reported serving from its prompt cache; they are priced at the "
     "model's cache-read price where litellm's cost map (or the model's config) has one, else at the input price, "
     "as the last column says."
@@ -95,6 +107,25 @@ class JobOutcomes:
     judge: str
     judge_official: bool
     rows: tuple[Mapping[str, Any], ...]
+    prereg_sha256: str | None = None  # the job's `lme.prereg_sha256` tag: the record it was checked against
+
+
+@dataclass(frozen=True)
+class Preregistration:
+    """A preregistration record as the report needs it (plain values; `lme.cli.report` reads the record
+    with `lme.prereg.load_record` and `prereg_facts`). `found` is False when runs carry the digest but
+    no record file with it was found: then only the digest is known."""
+
+    record_sha256: str
+    found: bool = True
+    path: str | None = None
+    design_name: str | None = None
+    primary: str | None = None
+    comparisons: tuple[tuple[str, str], ...] = ()  # (design, baseline): the difference is design - baseline
+    seeds: tuple[int, ...] = ()
+    frozen_at: str | None = None  # ISO time, UTC
+    written_after_first_run: bool = False  # the record is later than the first run of its design
+    first_run_at: str | None = None
 
 
 @dataclass(frozen=True)
@@ -166,6 +197,39 @@ class PairReport:
 
 
 @dataclass(frozen=True)
+class PrimaryComparison:
+    """A planned comparison on the primary measure: design - baseline, in shares (x100 for points)."""
+
+    design: str  # report labels
+    baseline: str
+    n_questions: int = 0
+    difference: float = float("nan")
+    interval: Interval | None = None  # None when this measure has no paired interval (abstention)
+    missing: str | None = None  # why it could not be computed (a design not in the report, no common question)
+
+
+@dataclass(frozen=True)
+class PrimaryStatement:
+    """What the report states first for one preregistration record: its primary measure, whatever it scored."""
+
+    record_sha256: str
+    found: bool
+    path: str | None
+    primary: str | None
+    measure_words: str | None  # the measure in words ("correct in >=2 of 3 runs")
+    design: str | None  # the report label of the record's design (None: not in the report)
+    record_design: str | None
+    value: float = float("nan")
+    detail: str | None = None  # e.g. "5/8 questions" or the per-run values
+    seeds_ran: tuple[str, ...] = ()
+    seeds_planned: tuple[int, ...] = ()
+    tagged_jobs: int = 0  # jobs of the report carrying the record's digest
+    untagged_jobs: int = 0  # jobs of the same design that do not
+    comparisons: tuple[PrimaryComparison, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Report:
     designs: tuple[DesignReport, ...]
     pairs: tuple[PairReport, ...]
@@ -173,6 +237,7 @@ class Report:
     bootstrap_seed: int
     notes: tuple[str, ...] = field(default=())
     data: str | None = None  # the questions every design ran on, in words; None when they differ or are unknown
+    primary: tuple[PrimaryStatement, ...] = ()  # one per preregistration record the runs carry, stated first
 
     def design(self, label: str) -> DesignReport:
         return next(d for d in self.designs if d.label == label)
@@ -243,15 +308,155 @@ def pair_report(a: DesignRuns, b: DesignRuns, n_resamples: int, seed: int) -> Pa
     return PairReport(a.label, b.label, len(common), len(types_a) - len(common), len(types_b) - len(common), comparison)
 
 
+# --- the preregistered primary measure ------------------------------------------------------------
+
+_MEASURE_WORDS = {
+    "accuracy": "accuracy, mean over the runs",
+    "mean_accuracy": "mean of runs",
+    "majority_correct_accuracy": "correct in a majority of runs",
+    "task_averaged_accuracy": "task-averaged accuracy, mean over the runs",
+    "abstention_accuracy": "abstention accuracy, mean over the runs",
+}
+
+
+def measure_words(primary: str, summary: DesignSummary | None = None) -> str:
+    """The measure in words: `majority_correct_accuracy.multi-session` -> "correct in >=2 of 3 runs, multi-session"."""
+    base, _, question_type = primary.partition(".")
+    words = _MEASURE_WORDS.get(base, base)
+    if base == "majority_correct_accuracy" and summary is not None:
+        words = f"correct in >={summary.threshold} of {summary.n_runs} runs"
+    return f"{words}, {question_type} questions" if question_type else words
+
+
+def primary_value(summary: DesignSummary, primary: str) -> tuple[float, str | None]:
+    """The design's value of a preregistered measure (`lme.prereg.check_measure` names), and a detail in words."""
+    base, _, question_type = primary.partition(".")
+    if question_type:
+        if question_type not in summary.type_counts:
+            return float("nan"), f"no {question_type} question in these runs"
+        n = summary.type_counts[question_type]
+        if base == "majority_correct_accuracy":
+            value = summary.majority_per_type[question_type]
+            return value, f"{round(value * n)}/{n} questions"
+        return summary.mean_per_type[question_type], f"{n} questions"
+    if base == "majority_correct_accuracy":
+        return summary.majority_accuracy, f"{summary.majority_count}/{summary.n_questions} questions"
+    if base == "task_averaged_accuracy":
+        return summary.mean_task_averaged, f"{len(summary.type_counts)} question types"
+    if base == "abstention_accuracy":
+        if not summary.n_abstention:
+            return float("nan"), "no abstention question in these runs"
+        return summary.mean_abstention, f"{summary.n_abstention} abstention questions"
+    runs = ", ".join(_pct(v) for v in summary.run_accuracies)
+    return summary.mean_accuracy, f"{summary.n_questions} questions; runs {runs}"
+
+
+def primary_difference(a: DesignRuns, b: DesignRuns, primary: str, n_resamples: int, seed: int) -> PrimaryComparison:
+    """`b - a` on the preregistered measure, on the questions both ran, with its 95% bootstrap interval."""
+    base, _, question_type = primary.partition(".")
+    pair = pair_report(a, b, n_resamples, seed)
+    if pair.comparison is None:
+        return PrimaryComparison(b.label, a.label, missing="the two designs share no question")
+    c = pair.comparison
+    if base == "abstention_accuracy":
+        types_a, abstention = design_questions(a)
+        ids = [q for q in types_a if q in abstention and q in design_questions(b)[0]]
+        if not ids:
+            return PrimaryComparison(b.label, a.label, missing="no abstention question in common")
+        from lme.measures import question_means
+
+        mean_a = question_means([correct_map(job.rows) for job in a.jobs], ids)
+        mean_b = question_means([correct_map(job.rows) for job in b.jobs], ids)
+        return PrimaryComparison(b.label, a.label, len(ids), sum(mean_b[q] - mean_a[q] for q in ids) / len(ids))
+    group = c.overall
+    if question_type:
+        if question_type not in c.per_type:
+            return PrimaryComparison(b.label, a.label, missing=f"no {question_type} question in common")
+        group = c.per_type[question_type]
+    if base == "majority_correct_accuracy":
+        return PrimaryComparison(b.label, a.label, group.n_questions, group.majority_difference, group.majority_interval)
+    if base == "task_averaged_accuracy":
+        return PrimaryComparison(b.label, a.label, group.n_questions, group.task_averaged_difference,
+                                 group.task_averaged_interval)
+    return PrimaryComparison(b.label, a.label, group.n_questions, group.mean_difference, group.mean_interval)
+
+
+def primary_statement(
+    prereg: Preregistration, designs: Sequence[DesignRuns], reports: Mapping[str, DesignReport], n_resamples: int,
+    seed: int,
+) -> PrimaryStatement:
+    """What the report states first for `prereg`: its primary measure for the design whose jobs carry its
+    digest (else, for a record given by hand, the design of its name), and its planned comparisons."""
+    tagged = [d for d in designs if any(job.prereg_sha256 == prereg.record_sha256 for job in d.jobs)]
+    notes: list[str] = []
+    if not prereg.found:
+        notes.append("no record file with this digest was found (pass --prereg RECORD): its primary measure "
+                     "cannot be stated")
+    chosen = tagged[0] if tagged else None
+    if len(tagged) > 1:
+        notes.append(f"jobs of {len(tagged)} reported designs carry this record ({', '.join(d.label for d in tagged)}); "
+                     f"the primary measure is stated for {tagged[0].label}")
+    if chosen is None and prereg.design_name:
+        chosen = next((d for d in designs if d.design == prereg.design_name), None)
+        if chosen is not None:
+            notes.append(f"no job in this report carries the record's digest: {chosen.label}'s runs were not checked "
+                         "against it and are not its confirmation runs")
+    if chosen is None:
+        notes.append(f"the record's design {prereg.design_name or '?'} is not in this report")
+    if chosen is not None and prereg.design_name and chosen.design != prereg.design_name:
+        notes.append(f"the record names design {prereg.design_name}, its runs are tagged {chosen.design}")
+    if prereg.written_after_first_run:
+        notes.append(f"the record was frozen ({prereg.frozen_at}) after the first run of its design "
+                     f"({prereg.first_run_at}): runs before it were not preregistered")
+    value, detail, words = float("nan"), None, None
+    seeds_ran: tuple[str, ...] = ()
+    n_tagged = n_untagged = 0
+    if chosen is not None:
+        mine = [job for job in chosen.jobs if job.prereg_sha256 == prereg.record_sha256]
+        n_tagged, n_untagged = len(mine), len(chosen.jobs) - len(mine)
+        seeds_ran = tuple(job.seed for job in (mine or chosen.jobs))
+        if mine and n_untagged:
+            notes.append(f"{n_untagged} job(s) of {chosen.label} do not carry the record's digest and are counted too")
+        if prereg.seeds and sorted(seeds_ran) != sorted(str(s) for s in prereg.seeds):
+            notes.append(f"the record planned seeds {', '.join(str(s) for s in prereg.seeds)}; these runs have "
+                         f"{', '.join(seeds_ran)}")
+        if prereg.primary is not None:
+            summary = reports[chosen.label].summary
+            value, detail = primary_value(summary, prereg.primary)
+            words = measure_words(prereg.primary, summary)
+    comparisons = []
+    for design_name, baseline_name in prereg.comparisons if prereg.primary is not None else ():
+        def find(name: str) -> DesignRuns | None:
+            if chosen is not None and chosen.design == name:
+                return chosen
+            return next((d for d in designs if d.design == name), None)
+
+        target, baseline = find(design_name), find(baseline_name)
+        if target is None or baseline is None:
+            absent = " and ".join(n for n, d in ((design_name, target), (baseline_name, baseline)) if d is None)
+            comparisons.append(PrimaryComparison(design_name, baseline_name, missing=f"{absent} not in this report"))
+            continue
+        comparisons.append(primary_difference(baseline, target, prereg.primary, n_resamples, seed))
+    return PrimaryStatement(
+        record_sha256=prereg.record_sha256, found=prereg.found, path=prereg.path, primary=prereg.primary,
+        measure_words=words, design=chosen.label if chosen is not None else None, record_design=prereg.design_name,
+        value=value, detail=detail, seeds_ran=seeds_ran, seeds_planned=prereg.seeds, tagged_jobs=n_tagged,
+        untagged_jobs=n_untagged, comparisons=tuple(comparisons), notes=tuple(notes),
+    )
+
+
 def build_report(
     designs: Sequence[DesignRuns],
     pairs: Sequence[tuple[str, str]] | None = None,
     n_resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_BOOTSTRAP_SEED,
     notes: Sequence[str] = (),
+    preregistrations: Sequence[Preregistration] = (),
 ) -> Report:
     """Every measure for `designs`; `pairs` (default: every pair) are (a, b) labels, difference b - a;
-    `notes` (e.g. the runs the selection left out, and why) are stated first."""
+    `notes` (e.g. the runs the selection left out, and why) are stated first; each of `preregistrations`
+    (the records the runs carry, read by the command) gives a statement of its primary measure, stated
+    before anything else."""
     labels = [d.label for d in designs]
     if len(set(labels)) != len(labels):
         raise LmeError(f"two designs in the report share a label ({', '.join(labels)}).")
@@ -268,13 +473,15 @@ def build_report(
         notes.append(
             "The designs were not all judged by the same judge: comparisons across judges are not like-for-like."
         )
+    reports = {d.label: design_report(d, n_resamples, seed) for d in designs}
     return Report(
-        designs=tuple(design_report(d, n_resamples, seed) for d in designs),
+        designs=tuple(reports.values()),
         pairs=tuple(pair_report(by_label[a], by_label[b], n_resamples, seed) for a, b in chosen),
         n_resamples=n_resamples,
         bootstrap_seed=seed,
         notes=tuple(notes),
         data=data,
+        primary=tuple(primary_statement(p, designs, reports, n_resamples, seed) for p in preregistrations),
     )
 
 
@@ -402,8 +609,8 @@ def per_type_table(report: Report) -> str:
 
 def _pair_row(name: str, group: PairedGroup) -> list[str]:
     return [name, str(group.n_questions), _pts(group.mean_difference), _interval(group.mean_interval),
-            _pts(group.majority_difference), _interval(group.majority_interval), str(len(group.gained)),
-            str(len(group.lost))]
+            str(len(group.more_runs)), str(len(group.fewer_runs)), _pts(group.majority_difference),
+            _interval(group.majority_interval), str(len(group.gained)), str(len(group.lost))]
 
 
 def pair_section(report: Report, pair: PairReport) -> str:
@@ -412,7 +619,8 @@ def pair_section(report: Report, pair: PairReport) -> str:
     if pair.comparison is None:
         return f"{title}\n\nNo question in common: nothing to compare."
     c = pair.comparison
-    header = ["group", "questions", "mean of runs", "95% interval", majority, "95% interval", "gained", "lost"]
+    header = ["group", "questions", "mean of runs", "95% interval", "more runs", "fewer runs", majority,
+              "95% interval", "gained", "lost"]
     rows = [_pair_row("all", c.overall)] + [_pair_row(t, g) for t, g in c.per_type.items()]
     lines = [title, "", _table(header, rows)]
     if pair.only_a or pair.only_b:
@@ -452,16 +660,54 @@ def cached_input_cells(c: CostSummary) -> tuple[str, str]:
     return f"{cached:,}{share}", basis
 
 
+def _mean_tokens(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:,.0f}"
+
+
 def cost_table(report: Report) -> str:
     header = ["design", "runs", "answers", "reader calls", "mean input tokens / call", "reader cost", "judge cost",
-              "reader cost / answer", "cached input tokens", "cached input priced at"]
+              "reader cost / answer", "first pass: calls", "first pass: input tokens (mean / call)",
+              "re-reads: calls", "re-reads: input tokens (mean / call)", "cached input tokens",
+              "cached input priced at"]
     rows = []
     for d in report.designs:
         c = d.cost
-        tokens = "-" if math.isnan(c.mean_input_tokens_per_call) else f"{c.mean_input_tokens_per_call:,.0f}"
-        rows.append([d.label, str(c.n_runs), str(c.n_answers), str(c.reader_calls), tokens, _usd(c.reader_cost_usd),
-                     _usd(c.judge_cost_usd), _usd(c.reader_cost_per_answer_usd), *cached_input_cells(c)])
-    return _table(header, rows, "l" + "r" * 8 + "l")
+        rows.append([
+            d.label, str(c.n_runs), str(c.n_answers), str(c.reader_calls), _mean_tokens(c.mean_input_tokens_per_call),
+            _usd(c.reader_cost_usd), _usd(c.judge_cost_usd), _usd(c.reader_cost_per_answer_usd),
+            str(c.first_pass_reader_calls),
+            f"{c.first_pass_input_tokens:,} ({_mean_tokens(c.first_pass_mean_input_tokens)})",
+            str(c.reread_reader_calls), f"{c.reread_input_tokens:,} ({_mean_tokens(c.reread_mean_input_tokens)})",
+            *cached_input_cells(c),
+        ])
+    return _table(header, rows, "l" + "r" * 12 + "l")
+
+
+def primary_lines(report: Report) -> list[str]:
+    """The report's first lines: each preregistration record's primary measure and planned comparisons."""
+    lines = []
+    for p in report.primary:
+        where = f" ({p.path})" if p.path else ""
+        if p.primary is None:
+            lines.append(f"**Preregistered primary measure: unknown.** Runs carry preregistration record "
+                         f"{p.record_sha256}{where}.")
+        else:
+            design = p.design if p.design is not None else (p.record_design or "?")
+            value = "not available" if math.isnan(p.value) else f"**{_pct(p.value)}**"
+            detail = f" ({p.detail})" if p.detail else ""
+            seeds = f", seeds {', '.join(p.seeds_ran)}" if p.seeds_ran else ""
+            lines.append(f"**Preregistered primary measure:** {p.primary} ({p.measure_words or measure_words(p.primary)}) "
+                         f"of design {design}: {value}{detail}{seeds}; record {p.record_sha256}{where}.")
+        for c in p.comparisons:
+            if c.missing is not None:
+                lines.append(f"- {c.design} - {c.baseline} (planned comparison): not computed, {c.missing}.")
+                continue
+            interval = "no paired interval for this measure" if c.interval is None else (
+                f"95% interval {_interval(c.interval)}")
+            lines.append(f"- {c.design} - {c.baseline} (planned comparison): **{_pts(c.difference)} points**, "
+                         f"{interval}, on {c.n_questions} questions in common.")
+        lines += [f"- Note: {note}." for note in p.notes]
+    return lines
 
 
 def render_markdown(report: Report) -> str:
@@ -469,7 +715,10 @@ def render_markdown(report: Report) -> str:
     missing = [
         f"{d.label} seed {seed}: {n}" for d in report.designs for seed, n in zip(d.seeds, d.missing_answers) if n
     ]
-    out = ["# lme report", "", _sources(report), ""]
+    out = ["# lme report", ""]
+    if report.primary:
+        out += primary_lines(report) + ["", PRIMARY_NOTE, ""]
+    out += [_sources(report), ""]
     out += judge_lines(report)
     out.append(f"- {MISSING_NOTE} Missing answers here: {'; '.join(missing) if missing else 'none'}.")
     for d in report.designs:
@@ -529,4 +778,5 @@ def report_json(report: Report) -> dict[str, Any]:
         "data": report.data,
         "designs": designs,
         "pairs": [asdict(p) for p in report.pairs],
+        "primary": [asdict(p) for p in report.primary],
     })

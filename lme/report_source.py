@@ -406,6 +406,21 @@ def read_artifact_text(settings: TrackingSettings, run_id: str, artifact_path: s
 
 
 QUESTION_IDS_ARTIFACT = "question_ids.txt"
+CONFIG_ARTIFACT = "config.yaml"  # the job's resolved config (`lme.job.run_job` logs it)
+
+
+def prereg_path_of(config_yaml: str | None) -> str | None:
+    """The `prereg` value (the record's path, as the run was given it) of a job's logged config, if any."""
+    if not config_yaml:
+        return None
+    import yaml
+
+    try:
+        config = yaml.safe_load(config_yaml)
+    except yaml.YAMLError:
+        return None
+    value = config.get("prereg") if isinstance(config, dict) else None
+    return str(value) if value else None
 
 
 @dataclass(frozen=True)
@@ -414,6 +429,8 @@ class Sources:
 
     designs: list[DesignRuns]
     notes: tuple[str, ...] = ()
+    runs: tuple[RunInfo, ...] = ()  # every parent and job run of the experiment (for the preregistration facts)
+    prereg_paths: dict[str, str] = field(default_factory=dict)  # record digest -> `prereg` of a job's config.yaml
 
 
 def load_sources(settings: TrackingSettings, selectors: Sequence[str]) -> Sources:
@@ -433,7 +450,9 @@ def load_sources(settings: TrackingSettings, selectors: Sequence[str]) -> Source
         ids = None if text is None else frozenset(line.strip() for line in text.splitlines() if line.strip())
         return Questions(job.params.get("dataset.sha256"), ids, job.params.get("dataset.name"))
 
-    chosen = choose_sources(list_runs(settings), selectors, questions)
+    runs = list_runs(settings)
+    chosen = choose_sources(runs, selectors, questions)
+    prereg_paths: dict[str, str] = {}
     designs = []
     for label, selection in zip(labels_for(chosen.selections), chosen.selections):
         jobs, notes = [], list(selection.notes)
@@ -449,12 +468,18 @@ def load_sources(settings: TrackingSettings, selectors: Sequence[str]) -> Source
                 judge=job.tags.get("lme.judge", "unknown judge"),
                 judge_official=job.tags.get("lme.judge_official", "false") == "true",
                 rows=tuple(job_rows),
+                prereg_sha256=job.tags.get("lme.prereg_sha256"),
             ))
+            digest = job.tags.get("lme.prereg_sha256")
+            if digest and digest not in prereg_paths:
+                named = prereg_path_of(read_artifact_text(settings, job.run_id, CONFIG_ARTIFACT))
+                if named:
+                    prereg_paths[digest] = named
         q = selection.questions
         designs.append(DesignRuns(label, selection.design, selection.source.run_id, selection.source.name,
                                   tuple(jobs), tuple(notes), data=q.describe() if q else None,
                                   questions_digest=q.digest if q else None))
-    return Sources(designs, chosen.notes)
+    return Sources(designs, chosen.notes, tuple(runs), prereg_paths)
 
 
 def load_designs(settings: TrackingSettings, selectors: Sequence[str]) -> list[DesignRuns]:

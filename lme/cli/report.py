@@ -1,8 +1,8 @@
 """`python -m lme report`: design-vs-design tables from what MLflow holds.
 
     python -m lme report [DESIGN | PARENT_RUN_ID | PARENT_RUN_NAME | JOB_RUN_ID ...] [--latest]
-                         [--pairs A:B,...] [--json] [--out DIR] [--resamples N] [--bootstrap-seed N]
-                         [tracking.uri=...] [tracking.experiment=...]
+                         [--pairs A:B,...] [--prereg RECORD ...] [--json] [--out DIR] [--resamples N]
+                         [--bootstrap-seed N] [tracking.uri=...] [tracking.experiment=...]
 
 With no name (or `--latest`): the latest parent run of every design in the experiment, among the
 runs made on the same questions (the same data file and question ids; the report names every run
@@ -11,6 +11,12 @@ and design it skipped, and why). A design name picks that design's latest parent
 `report.md`, `report.json` and the PNG plots there and logs them to MLflow as the artifacts of a
 run tagged `lme.role=report` in the experiment `<experiment>-reports`, apart from the study's
 runs and charts (unless `tracking.enabled=false`).
+
+When jobs carry a preregistration record's digest (their `lme.prereg_sha256` tag), the report opens
+with the record's primary measure and planned comparisons. The record file is the one given with
+`--prereg`, else the `prereg` path in a tagged job's logged config, else a file under `prereg/`
+whose `record_sha256` is the digest; without one, the report says the digest and that the measure
+cannot be stated.
 """
 
 from __future__ import annotations
@@ -45,6 +51,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="the latest parent run of each design (the default when no NAME is given)")
     parser.add_argument("--pairs", metavar="A:B,...",
                         help="the comparisons to make, difference B - A (default: every pair, later minus earlier)")
+    parser.add_argument("--prereg", action="append", type=Path, default=[], metavar="RECORD",
+                        help="a preregistration record (prereg/NAME.yaml) whose primary measure the report states "
+                        "first (default: the records the runs are tagged with, found from their config or under "
+                        "prereg/)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of Markdown")
     parser.add_argument("--out", type=Path, metavar="DIR",
                         help="write report.md, report.json and PNG plots here and log them to MLflow")
@@ -74,6 +84,9 @@ def report_metrics(report) -> dict[str, float]:
         metrics[f"{key}/majority_correct_accuracy"] = d.summary.majority_accuracy
         metrics[f"{key}/task_averaged_accuracy"] = d.summary.mean_task_averaged
         metrics[f"{key}/reader_cost_usd"] = d.cost.reader_cost_usd
+    for statement in report.primary:
+        if statement.primary is not None and statement.value == statement.value:  # not nan
+            metrics[_metric_key(f"primary/{statement.record_sha256[:12]}/{statement.primary}")] = statement.value
     for p in report.pairs:
         if p.comparison is not None:
             key = _metric_key(f"{p.b} - {p.a}")
@@ -118,6 +131,64 @@ def log_report_run(settings, report, files: Sequence[Path], names: Sequence[str]
     return run.run_id
 
 
+PREREG_DIR = Path("prereg")
+
+
+def _checked_record(path: Path) -> dict:
+    """A record whose `record_sha256` is the digest of its contents; one sentence otherwise."""
+    from lme.prereg import load_record, record_digest
+
+    record = load_record(path)
+    if record_digest(record) != record.get("record_sha256"):
+        raise LmeError(f"{path}: record_sha256 does not match the record's contents (was it edited after freezing?).")
+    return record
+
+
+def preregistrations(sources, paths: Sequence[Path], search: Path = PREREG_DIR) -> list:
+    """The records the report states first: those the reported jobs are tagged with (in report order), then
+    those given with --prereg; a tag whose record is not found becomes a statement that says so."""
+    from lme.prereg import prereg_facts
+    from lme.report import Preregistration
+
+    records: dict[str, tuple[dict, str]] = {}
+    for path in paths:
+        record = _checked_record(path)
+        records.setdefault(str(record["record_sha256"]), (record, str(path)))
+    tagged: list[str] = []
+    for design in sources.designs:
+        for job in design.jobs:
+            if job.prereg_sha256 and job.prereg_sha256 not in tagged:
+                tagged.append(job.prereg_sha256)
+    for digest in tagged:
+        if digest in records:
+            continue
+        named = sources.prereg_paths.get(digest)
+        candidates = ([Path(named)] if named else []) + (sorted(search.glob("**/*.yaml")) if search.is_dir() else [])
+        for candidate in candidates:
+            try:
+                record = _checked_record(candidate)
+            except LmeError:
+                continue
+            if record.get("record_sha256") == digest:
+                records[digest] = (record, str(candidate))
+                break
+    result = []
+    for digest in tagged + [d for d in records if d not in tagged]:
+        if digest not in records:
+            result.append(Preregistration(digest, found=False))
+            continue
+        record, path = records[digest]
+        facts = prereg_facts(record, sources.runs)
+        result.append(Preregistration(
+            record_sha256=digest, found=True, path=path, design_name=facts.design_name, primary=facts.primary,
+            comparisons=facts.comparisons, seeds=facts.seeds,
+            frozen_at=facts.frozen_at.isoformat().replace("+00:00", "Z"),
+            written_after_first_run=facts.written_after_first_run,
+            first_run_at=facts.first_run_at.isoformat().replace("+00:00", "Z") if facts.first_run_at else None,
+        ))
+    return result
+
+
 def main(argv: Sequence[str]) -> int:
     from lme.compose import split_overrides
     from lme.report import build_report, parse_pairs, render_markdown, report_json
@@ -132,7 +203,8 @@ def main(argv: Sequence[str]) -> int:
     designs = sources.designs
     labels = [d.label for d in designs]
     pairs = parse_pairs(args.pairs, labels) if args.pairs else None
-    report = build_report(designs, pairs, args.resamples, args.bootstrap_seed, notes=sources.notes)
+    report = build_report(designs, pairs, args.resamples, args.bootstrap_seed, notes=sources.notes,
+                          preregistrations=preregistrations(sources, args.prereg))
     markdown = render_markdown(report)
     payload = json.dumps(report_json(report), indent=2, sort_keys=True) + "\n"
     print(payload if args.json else markdown, end="", flush=True)
