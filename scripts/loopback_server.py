@@ -1,4 +1,4 @@
-"""A small OpenAI-compatible chat-completions server on 127.0.0.1, with injected faults.
+"""A small OpenAI-compatible chat-completions and embeddings server on 127.0.0.1, with injected faults.
 
 Point litellm (and so lme) at it as an OpenAI-compatible endpoint to dry-run a
 study with no key, no network and no spending, or to see how a run behaves
@@ -68,6 +68,16 @@ earlier completed request's prompt shares with it (at least
 from 1,024 on: `prefix_cache_block=128, prefix_cache_min=1024`. The model, the
 seed and other parameters do not key the cache.
 
+`POST /v1/embeddings` answers in OpenAI's shape with deterministic vectors made
+from each input's text (`embedding_vector`: hashed word counts, so texts sharing
+words have close vectors; `dimensions` from the request, else `embedding_dim`),
+as JSON numbers or, when the request asks `encoding_format: base64`, base64 of
+float32; `usage.prompt_tokens` is the inputs' words (or the fixed
+`prompt_tokens`). Status faults, `malformed`, `empty`, `disconnect` and `slow`
+apply to it as to a completion, `empty_choices` returns no embedding, and the
+other kinds (which concern chat replies) are ignored there. `server.counts`
+counts whole embedding replies as `embedded`.
+
 Every request is recorded (`server.requests`: path, headers, JSON body), the
 highest number of requests being handled at once is kept in
 `server.max_in_flight` (meaningful when `latency_s` > 0), and `server.counts`
@@ -79,6 +89,7 @@ hung up on (`aborted`).
 from __future__ import annotations
 
 import argparse
+import base64
 import hashlib
 import json
 import random
@@ -109,6 +120,9 @@ DEFAULT_FAULT_MIX: dict[str, float] = {
     "slow": 1,
 }
 REFUSAL_TEXT = "I'm sorry, but I can't help with that request."
+# Fault kinds that concern chat replies: an embedding request answers normally instead ("slow" after its
+# delay, "empty_choices" with no embedding); the others (statuses, malformed, empty, disconnect) apply as they are.
+_EMBEDDING_FAULTS = ("slow", "empty_choices", "empty_content", "refusal", "null_content", "oversize")
 
 _REASONS = {
     400: ("invalid_request_error", "Bad request."),
@@ -261,6 +275,17 @@ class PrefixCache:
         return hit if hit >= self.minimum else 0
 
 
+def embedding_vector(text: str, dim: int = 64) -> list[float]:
+    """A deterministic, not normalised embedding of `text`: its lower-cased words counted into `dim` buckets
+    by hash, plus 0.5 in the bucket of the whole text (so no text, not even an empty one, gets a zero vector
+    and distinct texts rarely get equal ones)."""
+    vector = [0.0] * dim
+    for word in text.lower().split():
+        vector[int.from_bytes(hashlib.sha256(word.encode("utf-8")).digest()[:8], "big") % dim] += 1.0
+    vector[int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "big") % dim] += 0.5
+    return vector
+
+
 def _max_output(body: Mapping[str, Any]) -> int | None:
     for name in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
         value = body.get(name)
@@ -295,6 +320,7 @@ class LoopbackServer:
         ignore_max_tokens: bool = False,
         pad_to_words: int | None = None,
         record_bodies: bool = True,
+        embedding_dim: int = 64,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -314,6 +340,9 @@ class LoopbackServer:
         self.retry_after_s = retry_after_s
         self.slow_s = slow_s
         self.record_bodies = record_bodies
+        if embedding_dim < 1:
+            raise ValueError("embedding_dim must be >= 1")
+        self.embedding_dim = embedding_dim
         self.oversize_words = oversize_words
         self.ignore_max_tokens = ignore_max_tokens
         self.pad_to_words = pad_to_words
@@ -398,6 +427,10 @@ class LoopbackServer:
     def completion_requests(self) -> list[RecordedRequest]:
         return [request for request in self.requests if request.path.endswith("/chat/completions")]
 
+    @property
+    def embedding_requests(self) -> list[RecordedRequest]:
+        return [request for request in self.requests if request.path.rstrip("/").endswith("/embeddings")]
+
     # -- what the handler calls ------------------------------------------------------------------
 
     def _record(self, request: RecordedRequest) -> Fault | None:
@@ -420,6 +453,26 @@ class LoopbackServer:
         with self._lock:
             self._in_flight -= 1
             self.counts[outcome] += 1
+
+    def _embeddings(self, body: dict[str, Any], empty: bool = False) -> dict[str, Any]:
+        """An OpenAI embeddings reply: one deterministic vector per input (see `embedding_vector`)."""
+        raw = body.get("input")
+        inputs = [str(item) for item in raw] if isinstance(raw, list) else [str(raw or "")]
+        dim = body.get("dimensions") if isinstance(body.get("dimensions"), int) and body["dimensions"] > 0 \
+            else self.embedding_dim
+        data = []
+        for index, text in enumerate([] if empty else inputs):
+            vector = embedding_vector(text, dim)
+            if body.get("encoding_format") == "base64":
+                import struct
+
+                embedding: Any = base64.b64encode(struct.pack(f"<{dim}f", *vector)).decode("ascii")
+            else:
+                embedding = vector
+            data.append({"object": "embedding", "index": index, "embedding": embedding})
+        prompt = self.prompt_tokens if self.prompt_tokens is not None else sum(count_words(text) for text in inputs)
+        return {"object": "list", "data": data, "model": str(body.get("model", "loopback")),
+                "usage": {"prompt_tokens": prompt, "total_tokens": prompt}}
 
     def _completion(self, body: dict[str, Any], content: str | None = None, refusal: str | None = None,
                     pad_to: int | None = None) -> dict[str, Any]:
@@ -497,9 +550,18 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if owner.latency_s > 0:
                 time.sleep(owner.latency_s)
-            if not self.path.rstrip("/").endswith("/chat/completions"):
+            embeddings = self.path.rstrip("/").endswith("/embeddings")
+            if not embeddings and not self.path.rstrip("/").endswith("/chat/completions"):
                 self._send_json(404, _error_body(404, f"No route for POST {self.path}."))
                 outcome = "not_found"
+            elif embeddings and (fault is None or fault.kind in _EMBEDDING_FAULTS) and isinstance(body, dict):
+                if fault is not None:
+                    outcome = f"fault:{fault.kind}"
+                    if fault.kind == "slow":
+                        time.sleep(fault.retry_after_s if fault.retry_after_s is not None else owner.slow_s)
+                self._send_json(200, owner._embeddings(body, empty=fault is not None and fault.kind == "empty_choices"))
+                if fault is None or fault.kind == "slow":
+                    outcome = "embedded"
             elif fault is not None:
                 outcome = f"fault:{fault.kind}"  # counted as injected, whether or not the client still listens
                 self._send_fault(fault, headers, body if isinstance(body, dict) else {})
@@ -665,7 +727,7 @@ def main(argv: list[str] | None = None) -> int:
     shown = args.script or args.reply
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())  # before the banner: a caller may stop us as soon as it reads it
-    print(f"serving OpenAI chat completions at {server.base_url} (reply: {shown}; faults: {faults}{cache})")
+    print(f"serving OpenAI chat completions and embeddings at {server.base_url} (reply: {shown}; faults: {faults}{cache})")
     print(
         f"  LME_FAKE_KEY=anything python -m lme reader.model.model=openai/gpt-4o-mini "
         f"++reader.model.api_base={server.base_url} ++reader.model.api_key_env=LME_FAKE_KEY",

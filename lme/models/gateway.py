@@ -40,15 +40,18 @@ litellm is imported lazily: it takes seconds to import.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import dataclasses
+import json
 import os
 import random
 import re
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from lme.errors import LmeError
 from lme.models.cache import CallCache, call_key
@@ -56,10 +59,16 @@ from lme.models.ledger import BudgetExhausted
 from lme.models.limits import RateLimits
 from lme.models.litellm_loader import import_litellm
 from lme.models.offline import register_offline_providers
+from lme.hashing import sha256_text
 from lme.models.spec import ModelSpec
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from lme.models.ledger import Budget, Ledger, Reservation
+    from lme.models.pricing import CallBound
+
+T = TypeVar("T")
 
 _RETRYABLE = (
     "RateLimitError",
@@ -175,6 +184,183 @@ class CallResult:
         return self.text is not None
 
 
+@dataclass(frozen=True)
+class EmbeddingResult:
+    """One embedding request's answer: `vectors` (float32, one row per input, as the provider returned them:
+    not normalised), or None when the call failed."""
+
+    model: str
+    key: str
+    vectors: np.ndarray | None = dataclasses.field(repr=False)
+    error: str | None = None
+    cached: bool = False
+    attempts: int = 0
+    input_tokens: int = 0
+    cost_usd: float | None = 0.0  # None when the price is unknown
+
+    @property
+    def ok(self) -> bool:
+        return self.vectors is not None
+
+
+def embedding_call_key(model: str, inputs: list[str], params: dict[str, Any]) -> str:
+    """Content address of one embedding request (never equal to a chat call's: the kind is part of it)."""
+    canonical = json.dumps(
+        {"kind": "embedding", "model": model, "input": inputs, "params": params},
+        sort_keys=True, ensure_ascii=False, separators=(",", ":"),
+    )
+    return sha256_text(canonical)
+
+
+R = TypeVar("R", CallResult, EmbeddingResult)
+
+
+class _Request(Generic[R]):
+    """What differs between a chat completion and an embedding request: what is sent, how a reply is read
+    and cached, how its maximum cost is bounded, and the result it becomes."""
+
+    def chars(self) -> int:
+        raise NotImplementedError
+
+    def bound(self, spec: ModelSpec) -> CallBound:
+        raise NotImplementedError
+
+    async def send(self, gateway: Gateway, litellm: Any, spec: ModelSpec, kwargs: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def read(self, response: Any) -> dict[str, Any]:
+        """The reply's own fields to store (besides usage, cost and attempts); `MalformedReply` if unreadable."""
+        raise NotImplementedError
+
+    def cacheable(self, stored: dict[str, Any]) -> bool:
+        return True
+
+    def overrun(self, usage: dict[str, int]) -> str:
+        return f"{usage['input_tokens']} input tokens, more than counted"
+
+    def result(self, model: str, key: str, stored: dict[str, Any], cached: bool) -> R:
+        raise NotImplementedError
+
+    def failed(self, model: str, key: str, error: str, attempts: int) -> R:
+        raise NotImplementedError
+
+
+class _Chat(_Request[CallResult]):
+    def __init__(self, messages: list[dict[str, Any]]) -> None:
+        self.messages = messages
+
+    def chars(self) -> int:
+        return _message_chars(self.messages)
+
+    def bound(self, spec: ModelSpec) -> CallBound:
+        from lme.models.pricing import max_call_cost
+
+        return max_call_cost(spec, self.messages)
+
+    async def send(self, gateway: Gateway, litellm: Any, spec: ModelSpec, kwargs: dict[str, Any]) -> Any:
+        return await gateway._send(litellm, spec, self.messages, kwargs)
+
+    def read(self, response: Any) -> dict[str, Any]:
+        text, message = _reply_text(response)
+        fields: dict[str, Any] = {"text": text}
+        refusal = getattr(message, "refusal", None)
+        if refusal and not text:
+            fields["refusal"] = str(refusal)
+        return fields
+
+    def cacheable(self, stored: dict[str, Any]) -> bool:
+        # An empty reply is kept for this run (the reader counts it as no answer) but not cached, so a
+        # rerun asks again; a refusal is the model's answer and is cached.
+        return bool(stored["text"].strip()) or "refusal" in stored
+
+    def overrun(self, usage: dict[str, int]) -> str:
+        return f"{usage['output_tokens']} output tokens: the provider ignored the request's maximum"
+
+    def result(self, model: str, key: str, stored: dict[str, Any], cached: bool) -> CallResult:
+        return CallResult(model=model, key=key, cached=cached, **stored)
+
+    def failed(self, model: str, key: str, error: str, attempts: int) -> CallResult:
+        return CallResult(model=model, key=key, text=None, error=error, attempts=attempts)
+
+
+class _Embedding(_Request[EmbeddingResult]):
+    """An embedding request. Its vectors are stored in the call cache as base64 of little-endian float32
+    (`vectors`, with `count` and `dim`): exact, and a quarter of their size as JSON numbers."""
+
+    def __init__(self, inputs: list[str]) -> None:
+        self.inputs = inputs
+
+    def chars(self) -> int:
+        return sum(len(text) for text in self.inputs)
+
+    def bound(self, spec: ModelSpec) -> CallBound:
+        from lme.models.pricing import CallBound, count_input_tokens, model_prices, reserved_input_tokens
+
+        if spec.is_offline:
+            return CallBound(0, 0, 0.0)
+        counted = sum(count_input_tokens(spec.model, [{"role": "user", "content": text}]) for text in self.inputs)
+        tokens = reserved_input_tokens(counted)
+        prices = model_prices(spec)
+        return CallBound(tokens, 0, None if prices is None else prices.dollars(tokens, 0))
+
+    async def send(self, gateway: Gateway, litellm: Any, spec: ModelSpec, kwargs: dict[str, Any]) -> Any:
+        return await asyncio.wait_for(
+            litellm.aembedding(model=spec.model, input=self.inputs, timeout=spec.timeout_s, num_retries=0, max_retries=0,
+                              **kwargs),
+            timeout=spec.timeout_s + 5,
+        )
+
+    def read(self, response: Any) -> dict[str, Any]:
+        import numpy as np
+
+        data = _get(response, "data")
+        if not isinstance(data, list) or len(data) != len(self.inputs):
+            count = len(data) if isinstance(data, list) else 0
+            raise MalformedReply(f"{count} embeddings returned for {len(self.inputs)} texts", response)
+        try:
+            ordered = sorted(data, key=lambda item: int(_get(item, "index")))
+            rows = [_vector(_get(item, "embedding")) for item in ordered]
+            vectors = np.stack(rows).astype("<f4") if rows else np.zeros((0, 0), "<f4")
+        except (TypeError, ValueError) as exc:
+            raise MalformedReply(f"the embeddings cannot be read ({exc})", response) from None
+        if vectors.ndim != 2 or vectors.shape[1] == 0 or not np.isfinite(vectors).all():
+            raise MalformedReply(f"the embeddings have shape {vectors.shape} or values that are not finite", response)
+        return {"vectors": base64.b64encode(vectors.tobytes()).decode("ascii"), "count": int(vectors.shape[0]),
+                "dim": int(vectors.shape[1])}
+
+    def overrun(self, usage: dict[str, int]) -> str:
+        return f"{usage['input_tokens']} input tokens, more than counted before the request"
+
+    def result(self, model: str, key: str, stored: dict[str, Any], cached: bool) -> EmbeddingResult:
+        import numpy as np
+
+        vectors = np.frombuffer(base64.b64decode(stored["vectors"]), dtype="<f4").reshape(
+            int(stored["count"]), int(stored["dim"]))
+        return EmbeddingResult(model=model, key=key, vectors=vectors, cached=cached,
+                               attempts=int(stored.get("attempts") or 0),
+                               input_tokens=int(stored.get("input_tokens") or 0), cost_usd=stored.get("cost_usd"))
+
+    def failed(self, model: str, key: str, error: str, attempts: int) -> EmbeddingResult:
+        return EmbeddingResult(model=model, key=key, vectors=None, error=error, attempts=attempts)
+
+
+def _get(obj: Any, name: str) -> Any:
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+
+
+def _vector(value: Any) -> Any:
+    """One embedding as a float32 array: a list of numbers, or base64 of float32 (`encoding_format=base64`)."""
+    import numpy as np
+
+    if isinstance(value, str):
+        return np.frombuffer(base64.b64decode(value), dtype="<f4")
+    return np.asarray(value, dtype=np.float64).astype("<f4")
+
+
+async def _awaited(awaitable: Awaitable[T]) -> T:
+    return await awaitable
+
+
 def _usage_numbers(usage: Any) -> dict[str, int]:
     def get(obj: Any, name: str) -> Any:
         if obj is None:
@@ -257,7 +443,9 @@ class Gateway:
         self._rng = rng or random.Random()
         self._semaphores: dict[tuple[int, str], asyncio.Semaphore] = {}
         self._limits: dict[str, RateLimits] = {}
-        self._inflight: dict[str, asyncio.Future[CallResult]] = {}
+        self._inflight: dict[tuple[int, str], asyncio.Future[Any]] = {}  # (event loop, call key) -> its call
+        self._background: tuple[asyncio.AbstractEventLoop, threading.Thread] | None = None  # see run_blocking
+        self._background_lock = threading.Lock()
         self._settled: dict[int, asyncio.Event] = {}  # per event loop: pulsed when a reservation closes
         self.calls_made = 0
         self.calls_cached = 0
@@ -300,21 +488,58 @@ class Gateway:
         `ReservationExceeded` when a reply cost more than its reservation under a dollar cap."""
         if self.failure is not None:
             raise self.failure
-        key = call_key(spec.model, messages, spec.params, seed)
+        return await self._request(spec, call_key(spec.model, messages, spec.params, seed), _Chat(messages))
+
+    async def embed(self, spec: ModelSpec, inputs: list[str]) -> EmbeddingResult:
+        """One embedding request for `inputs` (texts, prompts already applied): the vectors as the provider
+        returned them (float32, not normalised), in input order. Cached, capped, retried and accounted
+        in the ledger like a chat completion (its tokens are input tokens; output tokens are 0); a call
+        that still fails is returned failed (`ok` False), never cached.
+
+        Raises `SystemicFailure` and `BudgetExhausted` as `complete` does."""
+        if self.failure is not None:
+            raise self.failure
+        if not inputs:
+            raise LmeError(f"model {spec.model}: an embedding request needs at least one text.")
+        return await self._request(spec, embedding_call_key(spec.model, inputs, spec.params), _Embedding(inputs))
+
+    def run_blocking(self, awaitable: Awaitable[T]) -> T:
+        """Run `awaitable` (e.g. `embed` calls) to completion on this gateway's own event loop, a daemon thread
+        started on first use, and return its result: for synchronous callers such as a retriever ranking in a
+        worker thread. All such calls share that one loop, so a model's `concurrency` bounds them together.
+        Must not be called from that loop itself."""
+        with self._background_lock:
+            if self._background is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(target=loop.run_forever, name="lme-gateway", daemon=True)
+                thread.start()
+                self._background = (loop, thread)
+            loop = self._background[0]
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            raise RuntimeError("Gateway.run_blocking was called from the gateway's own event loop.")
+        return asyncio.run_coroutine_threadsafe(_awaited(awaitable), loop).result()
+
+    async def _request(self, spec: ModelSpec, key: str, request: _Request[R]) -> R:
+        """The call cache, then one shared call per key and event loop, then `_call`."""
         if self.cache is not None:
             stored = self.cache.get(key)
             if stored is not None:
                 self.calls_cached += 1
-                return CallResult(model=spec.model, key=key, cached=True, **stored)
-        if key in self._inflight:
-            shared = await asyncio.shield(self._inflight[key])
+                return request.result(spec.model, key, stored, cached=True)
+        slot = (id(asyncio.get_running_loop()), key)
+        if slot in self._inflight:
+            shared = await asyncio.shield(self._inflight[slot])
             if shared.ok:
                 self.calls_cached += 1
-            return CallResult(**{**shared.__dict__, "cached": shared.ok})
-        future: asyncio.Future[CallResult] = asyncio.get_running_loop().create_future()
-        self._inflight[key] = future
+            return dataclasses.replace(shared, cached=shared.ok)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._inflight[slot] = future
         try:
-            result = await self._call(spec, messages, key, seed)
+            result = await self._call(spec, key, request)
             future.set_result(result)
             return result
         except BaseException as exc:
@@ -322,7 +547,7 @@ class Gateway:
             future.exception()  # mark retrieved
             raise
         finally:
-            del self._inflight[key]
+            del self._inflight[slot]
 
     async def _reserve(self, spec: ModelSpec, key: str, dollars: float) -> Reservation | dict[str, Any]:
         """Reserve within the caps, waiting while calls in flight may still free room, or while another
@@ -405,7 +630,7 @@ class Gateway:
             assert self.ledger is not None
             self.ledger.settle(reservation, usage, dollars, attempts)
 
-    async def _call(self, spec: ModelSpec, messages: list[dict[str, Any]], key: str, seed: int | None) -> CallResult:
+    async def _call(self, spec: ModelSpec, key: str, request: _Request[R]) -> R:
         litellm = import_litellm()
         if spec.is_offline:
             register_offline_providers()
@@ -423,12 +648,12 @@ class Gateway:
         request_tokens = 0
         reserve_dollars = 0.0
         if paid or (limits is not None and limits.counts_tokens):
-            from lme.models.pricing import max_call_cost, require_bound
+            from lme.models.pricing import require_bound
 
-            if _message_chars(messages) <= INLINE_BOUND_CHARS:  # a judge's prompt: counted faster than a hop
-                bound = max_call_cost(spec, messages)
+            if request.chars() <= INLINE_BOUND_CHARS:  # a judge's prompt: counted faster than a hop
+                bound = request.bound(spec)
             else:  # tokenizing a long prompt takes milliseconds: off the event loop
-                bound = await asyncio.to_thread(max_call_cost, spec, messages)
+                bound = await asyncio.to_thread(request.bound, spec)
             request_tokens = bound.input_tokens + bound.output_tokens
             if paid:
                 caps_dollars = self.budget is not None and self.budget.caps_dollars
@@ -436,7 +661,7 @@ class Gateway:
         reservation = await self._reserve(spec, key, reserve_dollars) if paid else None
         if isinstance(reservation, dict):  # another process made this call meanwhile
             self.calls_cached += 1
-            return CallResult(model=spec.model, key=key, cached=True, **reservation)
+            return request.result(spec.model, key, reservation, cached=True)
         in_flight = False  # a request is out and unanswered (if cancelled now, it may still be billed)
         billed: dict[str, int] = {}  # tokens of malformed replies that were billed all the same
         billed_dollars = 0.0
@@ -452,9 +677,9 @@ class Gateway:
                         if self.failure is not None:
                             raise self.failure
                         in_flight = True
-                        response = await self._send(litellm, spec, messages, kwargs)
+                        response = await request.send(self, litellm, spec, kwargs)
                         in_flight = False
-                    text, message = _reply_text(response)
+                    fields = request.read(response)
                 except SystemicFailure:
                     raise
                 except Exception as exc:
@@ -486,18 +711,13 @@ class Gateway:
                     continue
                 self._refused_since.pop(spec.model, None)
                 usage = _usage_numbers(getattr(response, "usage", None))
-                stored: dict[str, Any] = {"text": text, "attempts": attempt, **usage}
+                stored: dict[str, Any] = {**fields, "attempts": attempt, **usage}
                 stored["cost_usd"] = _price(spec, response, usage)
                 if usage["cached_input_tokens"] and stored["cost_usd"] is not None:
                     from lme.models.pricing import cached_input_basis
 
                     stored["cached_input_price"] = cached_input_basis(spec)
-                refusal = getattr(message, "refusal", None)
-                if refusal and not text:
-                    stored["refusal"] = str(refusal)
-                # An empty reply is kept for this run (the reader counts it as no answer) but not cached, so a
-                # rerun asks again; a refusal is the model's answer and is cached.
-                cacheable = bool(text.strip()) or "refusal" in stored
+                cacheable = request.cacheable(stored)
                 # the cache write and the settle (each a committed SQLite transaction) run off the event loop;
                 # the reservation is taken first, so a cancel from here on cannot release a paid call
                 done, reservation = reservation, None
@@ -509,13 +729,13 @@ class Gateway:
                 if done is not None:
                     self._pulse_settled()
                 self.calls_made += 1
-                result = CallResult(model=spec.model, key=key, **stored)
+                result = request.result(spec.model, key, stored, cached=False)
                 if done is not None and self.budget is not None and self.budget.caps_dollars \
                         and settle_cost is not None and settle_cost > done.dollars + 1e-9:
                     raise ReservationExceeded(
                         f"budget: a reply of {spec.model} cost ${settle_cost:.4f}, more than the ${done.dollars:.4f} "
-                        f"reserved for it ({usage['output_tokens']} output tokens: the provider ignored the request's "
-                        "maximum); the study stops so that the dollar cap is not overshot again."
+                        f"reserved for it ({request.overrun(usage)}); the study stops so that the dollar cap is not "
+                        "overshot again."
                     )
                 return result
         except BaseException:
@@ -536,7 +756,7 @@ class Gateway:
                 await asyncio.to_thread(self.ledger.release, reservation, "failed", attempts)
             self._pulse_settled()
         self.calls_failed += 1
-        return CallResult(model=spec.model, key=key, text=None, error=last_error, attempts=attempts)
+        return request.failed(spec.model, key, last_error, attempts)
 
     async def _send(self, litellm: Any, spec: ModelSpec, messages: list[dict[str, Any]], kwargs: dict[str, Any]) -> Any:
         """One request. An offline stand-in runs with no time limit (its answer must not depend on machine load)."""
@@ -621,6 +841,6 @@ def preflight(specs: list[ModelSpec] | tuple[ModelSpec, ...]) -> None:
 
 
 __all__ = [
-    "CallResult", "Gateway", "MalformedReply", "ModelSpec", "ReservationExceeded", "SystemicFailure", "classify_error",
+    "CallResult", "EmbeddingResult", "Gateway", "MalformedReply", "ModelSpec", "ReservationExceeded", "SystemicFailure", "classify_error",
     "preflight", "provider_message",
 ]
