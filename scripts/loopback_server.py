@@ -727,7 +727,7 @@ def main(argv: list[str] | None = None) -> int:
     shown = args.script or args.reply
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())  # before the banner: a caller may stop us as soon as it reads it
-    print(f"serving OpenAI chat completions and embeddings at {server.base_url} (reply: {shown}; faults: {faults}{cache})")
+    print(f"serving OpenAI chat completions at {server.base_url} (reply: {shown}; faults: {faults}{cache}; /embeddings too)")
     print(
         f"  LME_FAKE_KEY=anything python -m lme reader.model.model=openai/gpt-4o-mini "
         f"++reader.model.api_base={server.base_url} ++reader.model.api_key_env=LME_FAKE_KEY",
