@@ -161,6 +161,9 @@ def _run_job(design: Design) -> dict[str, float]:
     cache = CallCache(design.cache_dir / "calls.sqlite")
     ledger = open_ledger(design, design.job_name or str(out_dir.resolve()))  # a resumed job keeps its name
     gateway = open_gateway(design, cache, ledger)
+    from lme.retrieval.dense import attach_gateway
+
+    attach_gateway(retriever, gateway)  # embedding API calls: this job's call cache, ledger and caps
 
     params = design.params()  # refuses a key-like value before any MLflow run exists
     dataset_name = design.dataset.name

@@ -54,12 +54,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from lme.errors import LmeError
+from lme.hashing import sha256_text
 from lme.models.cache import CallCache, call_key
 from lme.models.ledger import BudgetExhausted
 from lme.models.limits import RateLimits
 from lme.models.litellm_loader import import_litellm
 from lme.models.offline import register_offline_providers
-from lme.hashing import sha256_text
 from lme.models.spec import ModelSpec
 
 if TYPE_CHECKING:
@@ -294,7 +294,12 @@ class _Embedding(_Request[EmbeddingResult]):
         return sum(len(text) for text in self.inputs)
 
     def bound(self, spec: ModelSpec) -> CallBound:
-        from lme.models.pricing import CallBound, count_input_tokens, model_prices, reserved_input_tokens
+        from lme.models.pricing import (
+            CallBound,
+            count_input_tokens,
+            model_prices,
+            reserved_input_tokens,
+        )
 
         if spec.is_offline:
             return CallBound(0, 0, 0.0)
@@ -522,6 +527,17 @@ class Gateway:
         if running is loop:
             raise RuntimeError("Gateway.run_blocking was called from the gateway's own event loop.")
         return asyncio.run_coroutine_threadsafe(_awaited(awaitable), loop).result()
+
+    def close_background(self) -> None:
+        """Stop the event loop `run_blocking` started, if any (a later `run_blocking` starts another)."""
+        with self._background_lock:
+            background, self._background = self._background, None
+        if background is not None:
+            loop, thread = background
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout=5)
+            if not thread.is_alive():
+                loop.close()
 
     async def _request(self, spec: ModelSpec, key: str, request: _Request[R]) -> R:
         """The call cache, then one shared call per key and event loop, then `_call`."""

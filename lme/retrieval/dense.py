@@ -14,8 +14,10 @@ Two encoders:
   offline default). The reference model is `google/embeddinggemma-300m` with
   query prompt `task: search result | query: ` and document prompt
   `title: none | text: `.
-- `LiteLLMEncoder`: an embedding API through `litellm.embedding` (for users
-  without a GPU), the prompt prepended to each text.
+- `LiteLLMEncoder`: an embedding API through litellm (for users without a
+  GPU), the prompt prepended to each text; its requests go through lme's
+  gateway (call cache, ledger, caps, retries), a job's own when attached
+  (`attach_gateway`).
 
 Vectors go through the persistent `EmbeddingCache`, so a text is encoded once
 per model and prompt, whatever history it appears in, and a second run encodes
@@ -29,7 +31,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import threading
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -205,11 +206,15 @@ class SentenceTransformerEncoder:
         return np.asarray(vectors, dtype=np.float32)
 
 
-_RETRYABLE = ("RateLimitError", "Timeout", "APIConnectionError", "InternalServerError", "ServiceUnavailableError")
-
-
 class LiteLLMEncoder:
-    """Texts -> unit vectors through an embedding API (`litellm.embedding`); the prompt is prepended to each text.
+    """Texts -> unit vectors through an embedding API, the prompt prepended to each text.
+
+    Every request goes through a `lme.models.gateway.Gateway` (`Gateway.embed`): its call cache, spending
+    ledger and caps, retries and concurrency, as for chat calls. A job attaches its own gateway
+    (`use_gateway`, through `attach_gateway`), so embedding calls count against the job's caps; without one,
+    the encoder opens a gateway on the call cache `calls.sqlite` and the ledger `ledger.sqlite` (study
+    `default`, job `embeddings`, no caps) in `gateway_dir`, or, when that is None, one with neither.
+    Batches of `batch_size` texts are one request each, sent `concurrency` at a time.
 
     Holds the *name* of the key's environment variable, never a key.
     """
@@ -224,9 +229,14 @@ class LiteLLMEncoder:
         timeout_s: float = 60.0,
         max_attempts: int = 3,
         backoff_s: float = 1.0,
+        concurrency: int = 4,
+        input_cost_per_token: float | None = None,
+        gateway_dir: str | Path | None = None,
     ) -> None:
         if batch_size < 1 or max_attempts < 1 or timeout_s <= 0:
             raise LmeError(f"embedding model {model}: batch_size and max_attempts must be >= 1 and timeout_s > 0.")
+        from lme.models.spec import ModelSpec
+
         self.name = model
         self.api_base = api_base
         self.api_key_env = api_key_env
@@ -235,61 +245,107 @@ class LiteLLMEncoder:
         self.timeout_s = timeout_s
         self.max_attempts = max_attempts
         self.backoff_s = backoff_s
-        self.attempts = 0  # embedding calls made, retries included (litellm may retry inside a call too)
+        self.spec = ModelSpec(
+            model=model, params={"dimensions": dimensions} if dimensions else {}, api_base=api_base,
+            api_key_env=api_key_env, concurrency=concurrency, timeout_s=timeout_s, max_attempts=max_attempts,
+            backoff_base_s=backoff_s, backoff_max_s=max(backoff_s, 30.0), input_cost_per_token=input_cost_per_token,
+            output_cost_per_token=None if input_cost_per_token is None else 0.0,
+        )
+        self.gateway_dir = None if gateway_dir in (None, "") else Path(str(gateway_dir)).expanduser()
+        self.gateway: Any = None  # a lme.models.gateway.Gateway: attached, or opened on first use
+        self._gateway_lock = threading.Lock()
+        self._attached = False
+        self.attempts = 0  # embedding requests sent, retries included (not those served from the call cache)
+        self.calls_cached = 0  # embedding requests answered by the call cache
 
     @property
     def model_id(self) -> str:
         suffix = f"|dimensions={self.dimensions}" if self.dimensions else ""
         return f"litellm:{self.name}{suffix}"
 
-    def _api_key(self) -> str | None:
-        if not self.api_key_env:
-            return None
-        key = os.environ.get(self.api_key_env)
-        if not key:
+    def use_gateway(self, gateway: Any) -> None:
+        """Send every later request through `gateway` (a job's: its call cache, ledger, caps)."""
+        with self._gateway_lock:
+            self.gateway = gateway
+            self._attached = True
+
+    def _open_gateway(self) -> Any:
+        with self._gateway_lock:
+            if self.gateway is None:
+                from lme.models.cache import CallCache
+                from lme.models.gateway import Gateway
+                from lme.models.ledger import Ledger
+
+                if self.gateway_dir is None:
+                    self.gateway = Gateway()
+                else:
+                    self.gateway = Gateway(CallCache(self.gateway_dir / "calls.sqlite"),
+                                           ledger=Ledger(self.gateway_dir / "ledger.sqlite", job="embeddings"))
+            return self.gateway
+
+    def _check_key(self) -> None:
+        if self.api_key_env and not os.environ.get(self.api_key_env):
             raise LmeError(f"embedding model {self.name}: environment variable {self.api_key_env} is not set.")
-        return key
 
     def encode(self, texts: Sequence[str], prompt: str) -> np.ndarray:
-        from lme.models.litellm_loader import import_litellm
-
-        litellm = import_litellm()
-        key = self._api_key()
+        """Unit vectors of `prompt + text` for each text. Raises `LmeError` naming the model when a request
+        still fails after its attempts; `BudgetExhausted` at a spending cap and `SystemicFailure` (a bad key,
+        an unknown model) as the gateway raises them."""
+        self._check_key()
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32)
+        gateway = self._open_gateway()
         inputs = [prompt + text for text in texts]
-        rows: list[list[float]] = []
-        for start in range(0, len(inputs), self.batch_size):
-            rows.extend(self._request(litellm, inputs[start : start + self.batch_size], key))
-        return normalise_rows(np.asarray(rows, dtype=np.float32).reshape(len(rows), -1))
+        batches = [inputs[start : start + self.batch_size] for start in range(0, len(inputs), self.batch_size)]
+        results = gateway.run_blocking(self._embed_all(gateway, batches))
+        for result in results:
+            if result.cached:
+                self.calls_cached += 1
+            else:
+                self.attempts += result.attempts
+        failed = next((result for result in results if not result.ok), None)
+        if failed is not None:
+            raise LmeError(
+                f"embedding model {self.name}: the API call failed after {failed.attempts} attempt(s) "
+                f"({(failed.error or '')[:300]})."
+            )
+        dims = {result.vectors.shape[1] for result in results}
+        if len(dims) != 1:
+            raise LmeError(f"embedding model {self.name}: the API returned vectors of sizes {sorted(dims)}.")
+        return normalise_rows(np.concatenate([result.vectors for result in results]))
 
-    def _request(self, litellm: Any, batch: list[str], key: str | None) -> list[list[float]]:
-        params: dict[str, Any] = {"dimensions": self.dimensions} if self.dimensions else {}
-        for attempt in range(1, self.max_attempts + 1):
-            self.attempts += 1
-            try:
-                response = litellm.embedding(
-                    model=self.name, input=batch, api_base=self.api_base, api_key=key,
-                    timeout=self.timeout_s, **params,
-                )
-                break
-            except Exception as exc:  # noqa: BLE001  (litellm maps provider errors to many classes)
-                if type(exc).__name__ in _RETRYABLE and attempt < self.max_attempts:
-                    time.sleep(self.backoff_s * 2 ** (attempt - 1))
-                    continue
-                detail = first_line(exc, fallback="")
-                if key:
-                    detail = detail.replace(key, "***")
-                raise LmeError(
-                    f"embedding model {self.name}: the API call failed after {attempt} attempt(s) "
-                    f"({type(exc).__name__}: {detail[:300]})."
-                ) from None
-        data = sorted(response.data, key=lambda item: _field(item, "index"))
-        if len(data) != len(batch):
-            raise LmeError(f"embedding model {self.name}: {len(data)} embeddings returned for {len(batch)} texts.")
-        return [list(_field(item, "embedding")) for item in data]
+    def close(self) -> None:
+        """Stop the gateway this encoder opened itself (an attached one is its owner's to close)."""
+        with self._gateway_lock:
+            opened, self.gateway = self.gateway, None
+        if opened is not None and not self._attached:
+            opened.close_background()
+            if opened.cache is not None:
+                opened.cache.close()
+            if opened.ledger is not None:
+                opened.ledger.close()
+
+    async def _embed_all(self, gateway: Any, batches: list[list[str]]) -> list[Any]:
+        """Every batch's result; the first exception (a cap, a systemic failure) once all have finished, so
+        no request is left in flight and what was paid for is in the call cache."""
+        import asyncio
+
+        outcomes = await asyncio.gather(*(gateway.embed(self.spec, batch) for batch in batches),
+                                        return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return list(outcomes)
 
 
-def _field(item: Any, name: str) -> Any:
-    return item[name] if isinstance(item, dict) else getattr(item, name)
+def attach_gateway(retriever: Any, gateway: Any) -> None:
+    """Send the embedding API calls of `retriever` (a `DenseRetriever` with the litellm backend, or a fused
+    retriever holding one) through `gateway`; any other retriever is left as it is."""
+    encoder = getattr(retriever, "encoder", None)
+    if callable(getattr(encoder, "use_gateway", None)):
+        encoder.use_gateway(gateway)
+    for part in getattr(retriever, "retrievers", ()) or ():
+        attach_gateway(part, gateway)
 
 
 class DenseRetriever:
@@ -318,6 +374,8 @@ class DenseRetriever:
         timeout_s: float = 60.0,
         max_attempts: int = 3,
         progress: bool | None = None,
+        concurrency: int = 4,
+        input_cost_per_token: float | None = None,
     ) -> None:
         if backend == "sentence-transformers":
             self.encoder: SentenceTransformerEncoder | LiteLLMEncoder = SentenceTransformerEncoder(
@@ -326,7 +384,9 @@ class DenseRetriever:
         elif backend == "litellm":
             self.encoder = LiteLLMEncoder(
                 model, api_base=api_base, api_key_env=api_key_env, batch_size=batch_size,
-                dimensions=dimensions, timeout_s=timeout_s, max_attempts=max_attempts,
+                dimensions=dimensions, timeout_s=timeout_s, max_attempts=max_attempts, concurrency=concurrency,
+                input_cost_per_token=input_cost_per_token,
+                gateway_dir=None if cache_path in (None, "") else Path(str(cache_path)).expanduser().parent,
             )
         else:
             raise LmeError(f"retriever {name}: backend must be one of {', '.join(BACKENDS)}, not {backend!r}.")
@@ -400,3 +460,5 @@ class DenseRetriever:
 
     def close(self) -> None:
         self.cache.close()
+        if isinstance(self.encoder, LiteLLMEncoder):
+            self.encoder.close()

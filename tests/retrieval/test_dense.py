@@ -369,7 +369,8 @@ def test_api_backend_retries_a_server_error(test_key, tmp_path: Path) -> None:
 def test_api_failure_is_one_clear_error_without_the_key(test_key, tmp_path: Path) -> None:
     with EmbeddingsServer(faults=(400,)) as server:
         dense = api_retriever(tmp_path, server)
-        with pytest.raises(LmeError, match="openai/test-embedding: the API call failed after 1 attempt") as failure:
+        # a 400 is a failure no retry can fix: the gateway's SystemicFailure (an LmeError) stops the study
+        with pytest.raises(LmeError, match="model openai/test-embedding: BadRequestError") as failure:
             dense.rank(make_question(QUESTION, HISTORY), 3)
         assert test_key not in str(failure.value)
         assert len(dense.cache) == 0
