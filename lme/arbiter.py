@@ -90,7 +90,8 @@ async def arbitrate_question(
         return ArbiterOutcome(**base, chosen=False, reread=False, failed=False, error=None, answer=None, correct=None)
     memory = await asyncio.to_thread(builder.build, question)
     messages = build_reader_messages(
-        instruction, question, memory, reader.instruction_role, extra={"earlier_answers": earlier_answers(answers)}
+        instruction, question, memory, reader.instruction_role, extra={"earlier_answers": earlier_answers(answers)},
+        payload=reader.payload,
     )
     call = await gateway.complete(reader.model, messages, seed=seed)
     answer, error = answer_of(call)

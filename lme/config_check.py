@@ -36,7 +36,7 @@ The rules, by key (`*.x` means a key named `x` anywhere):
 | `judge.templates_path`, `instructions.source` | null, or a path that is not a directory, FIFO or device |
 | `tracking.uri` | sqlite:///PATH, postgresql://, mysql://, mssql:// (with +driver), http(s)://, databricks; file: only with MLFLOW_ALLOW_FILE_STORE=true |
 | `verbose`, `progress`, `dataset.stream`, `tracking.enabled`, `judge.official` | true or false |
-| `split_missing`, `memory.overflow_policy`, `reader.instruction_role`, `*.device`, `*.backend` | one of their options |
+| `split_missing`, `memory.overflow_policy`, `memory.layout`, `reader.instruction_role`, `reader.payload`, `judge.verdict`, `*.device`, `*.backend` | one of their options |
 | `question_ids` / `question_types` | null, one, or a list (ids as strings; known types) |
 | names, models, `tracking.experiment`, `budget.study`, `instructions.base` | a non-empty string |
 | `tracking.traces` | full, metadata or off |
@@ -388,6 +388,24 @@ def _split_policies() -> tuple[str, ...]:
     return SPLIT_MISSING_POLICIES
 
 
+def _payloads() -> tuple[str, ...]:
+    from lme.answer.reader import PAYLOADS
+
+    return PAYLOADS
+
+
+def _verdict_rules() -> tuple[str, ...]:
+    from lme.judge import VERDICT_RULES
+
+    return VERDICT_RULES
+
+
+def _layouts() -> tuple[str, ...]:
+    from lme.memory.user_log import LAYOUTS
+
+    return LAYOUTS
+
+
 def _overflow_policies() -> tuple[str, ...]:
     from lme.memory.user_log import OVERFLOW_POLICIES
 
@@ -445,10 +463,13 @@ def _rules(cfg: DictConfig) -> list[tuple[re.Pattern[str], Check]]:
         (rf"{model}\.params\.top_p", number(0, maximum=1)),
         (r"(?:reader|judge)\.name", text()),
         (r"reader\.instruction_role", choice(("system", "user", "developer"))),
+        (r"reader\.payload", choice(_payloads)),
         (r"judge\.official", boolean()),
         (r"judge\.templates_path", existing_not_special),
+        (r"judge\.verdict", choice(_verdict_rules)),
         # memory, view, retrievers, embedding
         (r"memory\.overflow_policy", choice(_overflow_policies)),
+        (r"memory\.layout", choice(_layouts)),
         (r"(?:.+\.)?\w*reserve_bytes", integer(0)),
         (r"(?:.+\.)?\w*_bytes", integer(1)),
         (r"(?:.+\.)?(?:top_k|depth|batch_size|message_max_chars|max_attempts|concurrency)", integer(1)),

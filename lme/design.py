@@ -128,9 +128,11 @@ class ReaderSpec:
     name: str
     instruction_role: str
     model: Component
+    payload: str = "lme"  # the user message's form (lme.answer.reader.reader_payload): lme | study
 
     def build(self) -> Reader:
-        return Reader(name=self.name, model=self.model.build(), instruction_role=self.instruction_role)
+        return Reader(name=self.name, model=self.model.build(), instruction_role=self.instruction_role,
+                      payload=self.payload)
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,7 @@ class JudgeSpec:
     model: Component
     templates_path: str | None
     templates: Mapping[str, str] | None
+    verdict: str = "contains_yes"  # how a reply is read (lme.judge.parse_verdict): LongMemEval's rule by default
 
     def build(self) -> Judge:
         """The judge, its templates read and verified."""
@@ -147,7 +150,8 @@ class JudgeSpec:
 
         return make_judge(name=self.name, official=self.official, model=self.model.build(),
                           templates_path=self.templates_path,
-                          templates=dict(self.templates) if self.templates is not None else None)
+                          templates=dict(self.templates) if self.templates is not None else None,
+                          verdict=self.verdict)
 
 
 @dataclass(frozen=True)
@@ -356,12 +360,14 @@ def _design(cfg: Any, container: dict[str, Any]) -> Design:
         memory=memory,
         view=view,
         reader=ReaderSpec(name=str(reader.get("name")), instruction_role=str(reader.get("instruction_role", "system")),
-                          model=Component("reader.model", frozen(reader.get("model") or {}))),
+                          model=Component("reader.model", frozen(reader.get("model") or {})),
+                          payload=str(reader.get("payload") or "lme")),
         judge=JudgeSpec(
             name=str(judge.get("name")), official=bool(judge.get("official")),
             model=Component("judge.model", frozen(judge.get("model") or {})),
             templates_path=str(judge["templates_path"]) if judge.get("templates_path") else None,
             templates=frozen(judge["templates"]) if judge.get("templates") else None,
+            verdict=str(judge.get("verdict") or "contains_yes"),
         ),
         instructions=instructions,
         arbiter=arbiter,

@@ -220,7 +220,8 @@ def estimate_design(design: Design, seeds: Sequence[int], progress: bool = False
             sent[(view, text)] += 1
             attempt = sent[(view, text)]
             extra = {"attempt": attempt} if attempt > 1 else None
-            messages = build_reader_messages(text, question, memories[view], reader.instruction_role, extra=extra)
+            messages = build_reader_messages(text, question, memories[view], reader.instruction_role, extra=extra,
+                                             payload=reader.payload)
             keys = {seed: call_key(spec.model, messages, spec.params, seed) for seed in seeds}
             return ReadCost(step, certain, count_input_tokens(spec.model, messages), keys)
 

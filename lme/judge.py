@@ -3,13 +3,15 @@
 Protocol (SPEC, "The judge"): the template is chosen by `'_abs' in question_id`
 first, else by question type; it is filled with `str.format(question, answer,
 hypothesis)` and sent as the only (user) message, temperature 0, max_tokens 10;
-the verdict is `'yes' in reply.strip().lower()`. A missing or failed answer is
+the verdict is `'yes' in reply.strip().lower()` (`judge.verdict: contains_yes`; the reference study's
+`exact_yes_no` reads only yes or no, see `parse_verdict`). A missing or failed answer is
 wrong and costs no judge call. Judge calls are keyed without a seed, so
 identical prompts share one verdict across seeds and designs.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
@@ -30,9 +32,27 @@ def build_judge_prompt(templates: Mapping[str, str], question: Question, hypothe
     return template.format(question.question, question.answer, hypothesis)
 
 
-def parse_verdict(reply: str) -> bool:
-    """LongMemEval's rule: `'yes' in reply.strip().lower()`."""
-    return "yes" in reply.strip().lower()
+VERDICT_RULES: tuple[str, ...] = ("contains_yes", "exact_yes_no")
+_EXACT_YES = re.compile(r"yes[.!]?")
+_EXACT_NO = re.compile(r"no[.!]?")
+
+
+def parse_verdict(reply: str, rule: str = "contains_yes") -> bool | None:
+    """The verdict in a judge's reply, by `rule`:
+
+    - `contains_yes`, LongMemEval's: `'yes' in reply.strip().lower()` (never None);
+    - `exact_yes_no`, the reference study's: the reply stripped and lower-cased must be `yes` or `no`, a final
+      `.` or `!` allowed; anything else ("Yes, it is", "The answer is correct", "") is None, no verdict:
+      the judge call counts as failed (the answer as wrong), never silently as a no.
+    """
+    text = reply.strip().lower()
+    if rule == "contains_yes":
+        return "yes" in text
+    if rule == "exact_yes_no":
+        if _EXACT_YES.fullmatch(text):
+            return True
+        return False if _EXACT_NO.fullmatch(text) else None
+    raise LmeError(f"judge.verdict {rule!r} is unknown (known: {', '.join(VERDICT_RULES)}).")
 
 
 @dataclass(frozen=True)
@@ -56,6 +76,7 @@ class Judge:
     official: bool
     model: ModelSpec
     templates: Mapping[str, str]
+    verdict: str = "contains_yes"  # how the reply is read (`parse_verdict`)
 
     @property
     def digests(self) -> dict[str, str]:
@@ -68,9 +89,14 @@ class Judge:
         call = await gateway.complete(self.model, [{"role": "user", "content": prompt}], seed=None)
         if call.ok and not (call.text or "").strip():  # no verdict in it: a failed call, never a silent "no"
             call = replace(call, text=None, error="EmptyVerdict: the judge's reply is empty")
+        correct = parse_verdict(call.text or "", self.verdict) if call.ok else None
+        if call.ok and correct is None:  # exact_yes_no: a reply that is neither yes nor no is no verdict
+            shown = " ".join((call.text or "").split())
+            shown = shown if len(shown) <= 80 else shown[:77] + "..."
+            call = replace(call, text=None, error=f"UnparseableVerdict: the judge replied {shown!r}, neither yes nor no")
         if not call.ok:
             return Verdict(correct=False, reply=None, call=call, note=f"judge call failed: {call.error}")
-        return Verdict(correct=parse_verdict(call.text or ""), reply=call.text, call=call)
+        return Verdict(correct=bool(correct), reply=call.text, call=call)
 
 
 def make_judge(
@@ -79,8 +105,12 @@ def make_judge(
     model: ModelSpec,
     templates_path: str | None = None,
     templates: Mapping[str, str] | None = None,
+    verdict: str = "contains_yes",
 ) -> Judge:
-    """Build a judge from config: the official one needs the pinned LongMemEval templates file."""
+    """Build a judge from config: the official one needs the pinned LongMemEval templates file; `verdict`
+    names how its replies are read (`parse_verdict`)."""
+    if verdict not in VERDICT_RULES:
+        raise LmeError(f"judge {name}: judge.verdict {verdict!r} is unknown (known: {', '.join(VERDICT_RULES)}).")
     if templates_path:
         loaded = load_templates(templates_path)
     elif official:
@@ -92,10 +122,10 @@ def make_judge(
             raise LmeError(f"judge {name}: field judge.templates lacks {', '.join(missing)}.")
     else:
         raise LmeError(f"judge {name}: set judge.templates_path or judge.templates.")
-    return Judge(name=name, official=official, model=model, templates=loaded)
+    return Judge(name=name, official=official, model=model, templates=loaded, verdict=verdict)
 
 
 __all__ = [
-    "LONGMEMEVAL_TEMPLATE_SHA256", "TEMPLATE_KEYS", "Judge", "Verdict", "build_judge_prompt", "load_templates",
+    "LONGMEMEVAL_TEMPLATE_SHA256", "TEMPLATE_KEYS", "VERDICT_RULES", "Judge", "Verdict", "build_judge_prompt", "load_templates",
     "make_judge", "parse_verdict", "sha256_text", "template_key",
 ]

@@ -362,7 +362,7 @@ async def answer_question(
         attempt = sent[(view, text)]
         messages = build_reader_messages(
             text, question, await memory_for(view), reader.instruction_role,
-            extra={"attempt": attempt} if attempt > 1 else None,
+            extra={"attempt": attempt} if attempt > 1 else None, payload=reader.payload,
         )
         begun = time.time_ns()
         call = empty_as_failed(await gateway.complete(reader.model, messages, seed=seed))

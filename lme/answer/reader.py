@@ -1,4 +1,4 @@
-"""The reader: instruction + one JSON object (question, question date, memory)."""
+"""The reader: instruction + one JSON object (question, question date, memory), in lme's form or the study's."""
 
 from __future__ import annotations
 
@@ -24,22 +24,40 @@ def compose_instruction(base: str, paragraphs: Mapping[str, str], names: Sequenc
     return " ".join(part for part in parts if part)
 
 
-def reader_payload(question: Question, memory: Memory, extra: Mapping[str, Any] | None = None) -> str:
+PAYLOADS: tuple[str, ...] = ("lme", "study")
+
+
+def reader_payload(question: Question, memory: Memory, extra: Mapping[str, Any] | None = None,
+                   payload: str = "lme") -> str:
     """The user message: one JSON object. Only neutral ids reach it.
 
-    `extra` adds keys after the memory: `attempt` (2, 3, ...) when a re-read repeats a request
-    already made for this question, so it is a new call rather than the cached one; the
-    arbiter's `earlier_answers`."""
-    payload: dict[str, Any] = {
-        "question": question.question,
-        "question_date": format_moment(question.question_date),
-        "memory": memory.text,
-    }
+    `payload` names its form:
+
+    - `lme` (the default): keys `question`, `question_date` (as lme writes dates: `2023-05-30 (Tuesday)
+      14:02`), `memory`, JSON with Python's default separators, non-ASCII kept;
+    - `study`, the reference study's (its `answerMessages`, `JSON.stringify({question, questionDate,
+      memory})`): keys `question`, `questionDate` (the data file's own date text, `2023/05/30 (Tue) 14:02`),
+      `memory`, compact (separators `,` and `:`, no spaces), non-ASCII kept: the bytes JavaScript's
+      `JSON.stringify` writes for the same strings.
+
+    `extra` adds keys after the memory, in either form: `attempt` (2, 3, ...) when a re-read repeats a request
+    already made for this question (the second decline re-read of an unchanged answer), so it is a new call
+    rather than the cached one; the arbiter's `earlier_answers`."""
+    if payload == "study":
+        body: dict[str, Any] = {"question": question.question, "questionDate": question.question_date_text,
+                                "memory": memory.text}
+    elif payload == "lme":
+        body = {"question": question.question, "question_date": format_moment(question.question_date),
+                "memory": memory.text}
+    else:
+        raise LmeError(f"reader.payload {payload!r} is unknown (known: {', '.join(PAYLOADS)}).")
     for key, value in (extra or {}).items():
-        if key in payload:
+        if key in body:
             raise ValueError(f"reader payload key {key!r} is reserved")
-        payload[key] = value
-    return json.dumps(payload, ensure_ascii=False)
+        body[key] = value
+    if payload == "study":
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+    return json.dumps(body, ensure_ascii=False)
 
 
 def build_reader_messages(
@@ -48,10 +66,11 @@ def build_reader_messages(
     memory: Memory,
     instruction_role: str = "system",
     extra: Mapping[str, Any] | None = None,
+    payload: str = "lme",
 ) -> list[dict[str, Any]]:
     return [
         {"role": instruction_role, "content": instruction},
-        {"role": "user", "content": reader_payload(question, memory, extra)},
+        {"role": "user", "content": reader_payload(question, memory, extra, payload)},
     ]
 
 
@@ -60,3 +79,4 @@ class Reader:
     name: str
     model: ModelSpec
     instruction_role: str = "system"
+    payload: str = "lme"  # the user message's form (`reader_payload`): lme | study

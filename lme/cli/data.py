@@ -2,7 +2,7 @@
 
     python -m lme data fetch ...                         see `python -m lme data fetch --help`
     python -m lme data stats [--json] [overrides]         statistics of the selected questions
-    python -m lme data split [overrides] [--seed N] [--dev-size N] [--out DIR] [--check]
+    python -m lme data split [overrides] [--rule stratified|study] [--seed N] [--dev-size N] [--out DIR] [--check]
 
 `stats` takes the same overrides as a run (`dataset=s`, `dataset.path=FILE`,
 `split=dev`, `question_types=[...]`, `limit=N`, ...) and describes exactly the
@@ -32,9 +32,9 @@ commands:
   fetch   download a LongMemEval file or the judge templates, verified by SHA-256
   stats   dataset statistics of the questions a run would use: [--json] [overrides]
   split   draw the dev/test split from a file's question ids and types
-          [overrides] [--seed N] [--dev-size N] [--out DIR] [--check]
+          [overrides] [--rule stratified|study] [--seed N] [--dev-size N] [--out DIR] [--check]
 
-overrides are a run's: dataset=s|m|oracle|sample, dataset.path=FILE, split=dev|test,
+overrides are a run's: dataset=s|m|oracle|sample, dataset.path=FILE, split=dev|test|study_dev|study_test,
 question_ids=[...], question_types=[...], limit=N"""
 
 
@@ -198,45 +198,63 @@ def split_command(argv: Sequence[str]) -> int:
     from lme.design import compose_design
     from lme.data.splits import (
         DEV_SIZE,
-        SPLIT_NAMES,
+        SPLIT_RULES,
         SPLIT_SEED,
+        STUDY_SPLIT_SEED,
         committed_split,
         make_split,
+        make_study_split,
+        split_names,
         split_path,
         write_split,
     )
 
     overrides, rest = split_overrides(argv)
     parser = make_parser("python -m lme data split", "Draw the dev/test split from a file.")
-    parser.add_argument("--seed", type=int, default=SPLIT_SEED, help=f"the split's seed (default {SPLIT_SEED})")
-    parser.add_argument("--dev-size", type=int, default=DEV_SIZE, help=f"development questions (default {DEV_SIZE})")
-    parser.add_argument("--out", type=Path, help="write s_dev.txt and s_test.txt into this folder")
+    parser.add_argument("--rule", choices=SPLIT_RULES, default="stratified",
+                        help="stratified: lme's split by type (s_dev.txt, s_test.txt; seed 0); study: the reference "
+                             "study's split by question group (s_study_dev.txt, s_study_test.txt; seed 17)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help=f"the split's seed (default {SPLIT_SEED}; with --rule study {STUDY_SPLIT_SEED})")
+    parser.add_argument("--dev-size", type=int, default=None,
+                        help=f"development questions (default {DEV_SIZE}; --rule study takes a fifth of the groups)")
+    parser.add_argument("--out", type=Path, help="write the two id lists into this folder")
     parser.add_argument("--check", action="store_true", help="fail unless the split equals the committed lists")
     options = parser.parse_args(rest)
+    study = options.rule == "study"
+    if study and options.dev_size is not None:
+        raise LmeError("python -m lme data split: --dev-size has no meaning with --rule study, whose development "
+                       "set is the first fifth of the question groups.")
+    seed = options.seed if options.seed is not None else (STUDY_SPLIT_SEED if study else SPLIT_SEED)
+    dev_size = options.dev_size if options.dev_size is not None else DEV_SIZE
     path = compose_design(overrides).dataset.path
     questions = load_questions(path)
-    if not 0 <= options.dev_size <= len(questions):
-        raise LmeError(f"{path}: holds {len(questions)} questions, too few for --dev-size {options.dev_size}.")
+    if not study and not 0 <= dev_size <= len(questions):
+        raise LmeError(f"{path}: holds {len(questions)} questions, too few for --dev-size {dev_size}.")
     types = {q.question_id: q.question_type for q in questions}
-    split = make_split(((q.question_id, q.question_type) for q in questions), options.seed, options.dev_size)
+    if study:
+        split = make_study_split((q.question_id for q in questions), seed)
+    else:
+        split = make_split(((q.question_id, q.question_type) for q in questions), seed, dev_size)
+    names = split_names(options.rule)
 
-    print(f"{path}: {len(questions)} questions, seed {options.seed}")
-    print("| question_type | dev | test |\n|---|---:|---:|")
+    print(f"{path}: {len(questions)} questions, seed {seed}, rule {options.rule}")
+    print(f"| question_type | {names[0]} | {names[1]} |\n|---|---:|---:|")
     for question_type in dict.fromkeys(types.values()):
-        counts = [sum(types[qid] == question_type for qid in split.ids(name)) for name in SPLIT_NAMES]
+        counts = [sum(types[qid] == question_type for qid in ids) for ids in (split.dev, split.test)]
         print(f"| {question_type} | {counts[0]} | {counts[1]} |")
     print(f"| all | {len(split.dev)} | {len(split.test)} |")
 
-    committed = committed_split() if all(split_path(name).is_file() for name in SPLIT_NAMES) else None
+    committed = committed_split(options.rule) if all(split_path(name).is_file() for name in names) else None
     same = committed is not None and (split.dev, split.test) == (committed.dev, committed.test)
     print("equal to the committed lists" if same else "differs from the committed lists")
     if options.out is not None:
-        for written in write_split(split, options.out):
+        for written in write_split(split, options.out, options.rule):
             print(f"wrote {written}")
     if options.check and not same:
         changed = len(set(split.dev) ^ set(committed.dev if committed else ()))
         raise LmeError(
-            f"{path}: the split drawn with seed {options.seed} differs from the committed lists "
+            f"{path}: the split drawn with seed {seed} (rule {options.rule}) differs from the committed lists "
             f"({changed} ids change sides or are absent)."
         )
     sys.stdout.flush()

@@ -13,7 +13,8 @@ Output (stdout; progress goes to stderr: a bar on a terminal, a line every 30 s
 otherwise, none with `progress=false`):
 - `--question ID`: the memory text exactly as the reader sees it; with
   `--payload`, the reader's whole user message (`lme.answer.reader.reader_payload`:
-  one JSON object holding the question, its date and the memory);
+  one JSON object holding the question, its date and the memory, in the form
+  `reader.payload` names: lme's, or the study's compact `questionDate` form);
 - `--json`: one JSON object per question (JSON lines), then one aggregate object
   (`"aggregate": true`; mean, median and max of each numeric field, counts of
   each true/false field);
@@ -261,7 +262,7 @@ def _main(design: Design, options: argparse.Namespace) -> int:
         if options.payload:
             from lme.answer.reader import reader_payload
 
-            _emit(reader_payload(question, memory))
+            _emit(reader_payload(question, memory, payload=design.reader.payload))
         else:
             _emit(memory.text)
         return 0

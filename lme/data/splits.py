@@ -20,6 +20,14 @@ order and of the Python version:
 3. Within each such stratum, questions are ordered by the SHA-256 of
    `"{seed}:{question_id}"` (hex), and the first ones take the seats.
 
+The reference study's split (`make_study_split`, its `selectSplit` in hraness/oh
+`scripts/benchmarks/datasets.ts`, seed 17) is committed beside it as
+`s_study_dev.txt` (100 ids) and `s_study_test.txt` (400), `split=study_dev|study_test`:
+questions are grouped by id without a final `_abs` (a question and its abstention
+twin are one group; 500 questions, 471 groups), the groups ordered by the SHA-256
+of `"{seed}:{group}"` (hex), and the first `max(1, floor(0.2 * groups))` groups
+(94) are development, with every question in them (100).
+
 The committed lists were generated with seed 0 from the shared copy of
 `longmemeval_oracle.json` (all 500 ids; its ids and types equal S's):
 `python -m lme data split dataset.path=.../longmemeval_oracle.json.xz --out lme/data/split_ids`.
@@ -29,6 +37,7 @@ The committed lists were generated with seed 0 from the shared copy of
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +51,11 @@ SPLIT_NAMES: tuple[str, ...] = ("dev", "test")
 SPLIT_SEED = 0
 DEV_SIZE = 100
 SPLIT_PREFIX = "s_"  # files s_dev.txt, s_test.txt
+# The reference study's split: its rule (`make_study_split`), seed and names (files s_study_dev.txt, s_study_test.txt).
+STUDY_SPLIT_NAMES: tuple[str, ...] = ("study_dev", "study_test")
+STUDY_SPLIT_SEED = 17
+STUDY_DEV_FRACTION = 0.2
+SPLIT_RULES: tuple[str, ...] = ("stratified", "study")
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +117,28 @@ def make_split(questions: Iterable[tuple[str, str]], seed: int = SPLIT_SEED, dev
     return Split(seed=seed, dev=tuple(sorted(dev)), test=tuple(sorted(seen - dev_set)))
 
 
+def study_group(question_id: str) -> str:
+    """The study's group of a question: its id without a final `_abs` (a question and its abstention twin)."""
+    return re.sub(r"_abs$", "", question_id)
+
+
+def make_study_split(question_ids: Iterable[str], seed: int = STUDY_SPLIT_SEED) -> Split:
+    """The reference study's dev/test split (its `selectSplit`): groups (`study_group`) ordered by the SHA-256
+    hex of `"{seed}:{group}"`, the first `max(1, floor(0.2 * groups))` of them development, with all their
+    questions; every other question is test."""
+    ids: list[str] = []
+    for question_id in question_ids:
+        if question_id in ids:
+            raise LmeError(f"question {question_id} is listed twice.")
+        ids.append(question_id)
+    groups = sorted(dict.fromkeys(study_group(qid) for qid in ids), key=lambda group: _rank(seed, group))
+    if len(groups) < 2:
+        raise LmeError(f"the study's split needs at least two groups of questions, got {len(groups)}.")
+    dev_groups = set(groups[: max(1, math.floor(len(groups) * STUDY_DEV_FRACTION))])
+    dev = [qid for qid in ids if study_group(qid) in dev_groups]
+    return Split(seed=seed, dev=tuple(sorted(dev)), test=tuple(sorted(set(ids) - set(dev))))
+
+
 def split_path(name: str, directory: Path = SPLIT_DIR) -> Path:
     return directory / f"{SPLIT_PREFIX}{name}.txt"
 
@@ -119,25 +155,32 @@ def read_ids(path: Path) -> tuple[str, ...]:
 
 def split_ids(split: str) -> tuple[tuple[str, ...], str]:
     """The ids of a committed split (`dev`, `test`) or of an id-list file; also a name for messages."""
-    if split in SPLIT_NAMES:
+    if split in SPLIT_NAMES or split in STUDY_SPLIT_NAMES:
         return read_ids(split_path(split)), f"split {split}"
     path = Path(split).expanduser()
     if path.suffix == ".txt" or "/" in split:
         if not path.is_file():
             raise LmeError(f"config split={split}: no such id-list file.")
         return read_ids(path), f"id list {path}"
-    raise LmeError(f"config split={split}: unknown split (known: {', '.join(SPLIT_NAMES)}, or a .txt file of ids).")
+    raise LmeError(f"config split={split}: unknown split (known: {', '.join(SPLIT_NAMES + STUDY_SPLIT_NAMES)}, or a "
+                   ".txt file of ids).")
 
 
-def committed_split() -> Split:
-    return Split(seed=SPLIT_SEED, dev=split_ids("dev")[0], test=split_ids("test")[0])
+def split_names(rule: str = "stratified") -> tuple[str, ...]:
+    """The (dev, test) names of a rule's committed lists: `dev`, `test` or `study_dev`, `study_test`."""
+    return STUDY_SPLIT_NAMES if rule == "study" else SPLIT_NAMES
 
 
-def write_split(split: Split, directory: Path) -> list[Path]:
+def committed_split(rule: str = "stratified") -> Split:
+    dev, test = split_names(rule)
+    return Split(seed=STUDY_SPLIT_SEED if rule == "study" else SPLIT_SEED, dev=split_ids(dev)[0], test=split_ids(test)[0])
+
+
+def write_split(split: Split, directory: Path, rule: str = "stratified") -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     paths = []
-    for name in SPLIT_NAMES:
+    for name, ids in zip(split_names(rule), (split.dev, split.test)):
         path = split_path(name, directory)
-        path.write_text("".join(f"{qid}\n" for qid in split.ids(name)), encoding="utf-8")
+        path.write_text("".join(f"{qid}\n" for qid in ids), encoding="utf-8")
         paths.append(path)
     return paths

@@ -1,7 +1,11 @@
 """The retrieval baseline memory: top-ranked turns packed into a byte budget.
 
 Each turn is one block, `[s0009:3] 2023-05-20 (Saturday) 02:21 user: <content>`,
-in rank order, blocks separated by a blank line. A block that does not fit in
+in rank order, blocks separated by a blank line. With `layout: study`, a block is
+written as the reference study writes a retrieved reply in its first-pass memory,
+`[s0009:3] [2023/05/20 (Sat) 02:21] user: <content>` (the data file's date form); the
+study's own baseline rendering (`renderTurn` in its harness) is not published, so this
+form is inferred from that reply line. A block that does not fit in
 what is left of the budget is skipped whole (never cut) and later, smaller ones
 are still tried. Only neutral ids, dates, roles and contents reach the text.
 """
@@ -12,7 +16,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from lme.budget import utf8_len
-from lme.data.dates import format_moment
+from lme.data.dates import WEEKDAYS, format_moment
 from lme.data.records import Question, Session, Turn
 from lme.memory.base import Memory
 from lme.retrieval.base import Retriever
@@ -47,8 +51,15 @@ def pack_blocks(
     return separator.join(parts), included, skipped
 
 
-def format_turn_block(turn: Turn, session: Session) -> str:
-    """`[s0009:3] 2023-05-20 (Saturday) 02:21 user: <content verbatim>`."""
+LAYOUTS = ("lme", "study")
+
+
+def format_turn_block(turn: Turn, session: Session, layout: str = "lme") -> str:
+    """`[s0009:3] 2023-05-20 (Saturday) 02:21 user: <content verbatim>`; `study`: `[s0009:3] [2023/05/20 (Sat)
+    02:21] user: <content verbatim>`."""
+    if layout == "study":
+        moment = f"{session.date:%Y/%m/%d} ({WEEKDAYS[session.date.weekday()][:3]}) {session.date:%H:%M}"
+        return f"[{turn.turn_id}] [{moment}] {turn.role}: {turn.content}"
     return f"[{turn.turn_id}] {format_moment(session.date)} {turn.role}: {turn.content}"
 
 
@@ -60,13 +71,19 @@ class RetrievedMemoryBuilder:
     describes: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
-        self, retriever: Retriever, top_k: int = 100, max_bytes: int = 96_000, name: str = "retrieved"
+        self, retriever: Retriever, top_k: int = 100, max_bytes: int = 96_000, name: str = "retrieved",
+        layout: str = "lme",
     ) -> None:
         if top_k < 0:
             raise ValueError(f"top_k must be >= 0, got {top_k}.")
         if max_bytes < 0:
             raise ValueError(f"max_bytes must be >= 0, got {max_bytes}.")
+        if layout not in LAYOUTS:
+            from lme.errors import LmeError
+
+            raise LmeError(f"memory.layout {layout!r} is unknown (known: {', '.join(LAYOUTS)}).")
         self.retriever = retriever
+        self.layout = layout
         self.top_k = top_k
         self.max_bytes = max_bytes
         self.name = name
@@ -86,7 +103,7 @@ class RetrievedMemoryBuilder:
                     f"question {question.question_id}: retriever {ranking.retriever!r} "
                     f"returned turn id {turn_id!r}, which is not in the history."
                 )
-            blocks.append((turn_id, format_turn_block(turn, question.session_of(turn_id))))
+            blocks.append((turn_id, format_turn_block(turn, question.session_of(turn_id), self.layout)))
         text, included, skipped = pack_blocks(blocks, self.max_bytes)
         return Memory(
             text=text,

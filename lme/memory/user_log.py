@@ -15,6 +15,18 @@ Layout (every number comes from config):
    replies reach `reply_max_bytes` or the memory reaches `max_bytes`; a reply
    that does not fit is skipped, never cut.
 
+`layout` chooses the headings and line formats: `lme` (the default, above) or `study`, the reference
+study's ("What the reader sees" in hraness/oh `benchmarks/LONGMEMEVAL_S_500_RESULT_V1.md`): a
+`# Complete log of the user's messages: ...` title, one `## 2023-05-22 (Monday) — session s0009 — 8 days
+(1 week 1 day) before the question date` heading per session, `[s0009:0] user: ...` lines, `Resolved dates
+(from this message's date 2023-05-22): "last weekend" = 2023-05-20 … 2023-05-21 [ends 9 days (1 week 2 days)
+before the question date]` lines (`format_study_resolved_line`), a `# Retrieved assistant replies: ...` title
+and `[s0031:5] [2023/05/28 (Sun) 14:02] assistant (reply to [s0031:4]): ...` replies. The write-up shows one
+example of each; what it does not show is lme's reading of its instructions: an approximate reading is
+written `≈` instead of `=`, an ambiguous expression lists its readings joined by ` or `, a single day's
+bracket gives its distance, a range's `ends ...` (`starts ...` after the question date), and notes are
+left out; the header sentences (same-day history, partial log) are lme's.
+
 Overflow: when header plus log exceed `max_bytes - overflow_reply_reserve_bytes`,
 whole sessions are kept by the declared `overflow_policy`:
 `retrieved_and_newest` (default) alternates the session holding the next
@@ -26,16 +38,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import date, datetime
 from typing import ClassVar
 
 from lme.budget import utf8_len
-from lme.data.dates import format_day, format_moment
+from lme.data.dates import WEEKDAYS, format_day, format_moment
 from lme.data.records import Question, Session, Turn
 from lme.memory.base import Memory
-from lme.memory.dates import describe_distance, format_resolved_line, resolve_relative_dates
+from lme.memory.dates import ResolvedDate, describe_distance, format_resolved_line, resolve_relative_dates
 from lme.retrieval.base import Retriever
 
 OVERFLOW_POLICIES = ("retrieved_and_newest", "newest")
+LAYOUTS = ("lme", "study")
+STUDY_REPLIES_TITLE = ("# Retrieved assistant replies: the assistant messages that best match the question, verbatim, "
+                       "in retrieval order (only a subset of the history; each names the user message it replied to)")
 
 
 def is_same_day(question: Question) -> bool:
@@ -55,6 +71,43 @@ def turn_index(turn_id: str) -> int:
     return int(turn_id.split(":", 1)[1])
 
 
+def _study_range(start: date, end: date, question_day: date) -> str:
+    """One reading in the study's form: `2023-05-20 … 2023-05-21 [ends 9 days (1 week 2 days) before the
+    question date]`."""
+    if start == end:
+        return f"{start:%Y-%m-%d} [{describe_distance(start, question_day)}]"
+    if end <= question_day:
+        where = f"ends {describe_distance(end, question_day)}"
+    elif start > question_day:
+        where = f"starts {describe_distance(start, question_day)}"
+    else:
+        where = "includes the question date"
+    return f"{start:%Y-%m-%d} … {end:%Y-%m-%d} [{where}]"
+
+
+def format_study_resolution(resolved: ResolvedDate, question_day: date) -> str:
+    """One expression in the study's form: `"last weekend" = 2023-05-20 … 2023-05-21 [ends ...]`; `≈` for an
+    approximate reading, every reading of an ambiguous one joined by ` or `."""
+    readings = [(resolved.start, resolved.end), *resolved.alternatives]
+    sign = "≈" if resolved.approximate else "="
+    expression = " ".join(resolved.expression.split())
+    return f'"{expression}" {sign} ' + " or ".join(_study_range(start, end, question_day) for start, end in readings)
+
+
+def format_study_resolved_line(resolved: list[ResolvedDate], message_day: date, question_day: date) -> str:
+    """The study's line after a message: `Resolved dates (from this message's date 2023-05-22): ...`, the
+    expressions joined by `; `; "" when there is none."""
+    if not resolved:
+        return ""
+    items = "; ".join(format_study_resolution(item, question_day) for item in resolved)
+    return f"Resolved dates (from this message's date {message_day:%Y-%m-%d}): {items}"
+
+
+def study_moment(moment: datetime) -> str:
+    """A date as the data file writes it, `2023/05/28 (Sun) 14:02` (English weekday, whatever the locale)."""
+    return f"{moment:%Y/%m/%d} ({WEEKDAYS[moment.weekday()][:3]}) {moment:%H:%M}"
+
+
 @dataclass(frozen=True)
 class SessionBlock:
     session_id: str
@@ -63,27 +116,37 @@ class SessionBlock:
     resolved_lines: int
 
 
-def session_block(session: Session, question: Question) -> SessionBlock:
+def session_block(session: Session, question: Question, layout: str = "lme") -> SessionBlock:
     """A session's heading and its user messages, each followed by its resolved dates."""
-    distance = describe_distance(session.date.date(), question.question_date.date())
-    lines = [f"### Session {session.session_id}, {format_moment(session.date)}, {distance}"]
+    question_day = question.question_date.date()
+    distance = describe_distance(session.date.date(), question_day)
+    if layout == "study":
+        lines = [f"## {format_day(session.date)} — session {session.session_id} — {distance}"]
+    else:
+        lines = [f"### Session {session.session_id}, {format_moment(session.date)}, {distance}"]
     messages = resolved = 0
     for turn in session.turns:
         if turn.role != "user":
             continue
         messages += 1
-        lines.append(f"[{turn.turn_id}] {turn.content}")
+        lines.append(f"[{turn.turn_id}] user: {turn.content}" if layout == "study" else f"[{turn.turn_id}] {turn.content}")
         dates = resolve_relative_dates(turn.content, session.date)
-        line = format_resolved_line(dates, question.question_date.date()) if dates else ""
+        if layout == "study":
+            line = format_study_resolved_line(dates, session.date.date(), question_day)
+        else:
+            line = format_resolved_line(dates, question_day) if dates else ""
         if line:
             lines.append(line)
             resolved += 1
     return SessionBlock(session.session_id, "\n".join(lines), messages, resolved)
 
 
-def reply_block(turn: Turn, session: Session) -> str:
-    answered = answered_user_turn(session, turn_index(turn.turn_id)) or "none"
-    return f"[{turn.turn_id}] {format_moment(session.date)}, answering [{answered}]: {turn.content}"
+def reply_block(turn: Turn, session: Session, layout: str = "lme") -> str:
+    answered = answered_user_turn(session, turn_index(turn.turn_id))
+    if layout == "study":
+        to = f" (reply to [{answered}])" if answered else ""
+        return f"[{turn.turn_id}] [{study_moment(session.date)}] assistant{to}: {turn.content}"
+    return f"[{turn.turn_id}] {format_moment(session.date)}, answering [{answered or 'none'}]: {turn.content}"
 
 
 class UserLogMemoryBuilder:
@@ -102,11 +165,15 @@ class UserLogMemoryBuilder:
         overflow_policy: str = "retrieved_and_newest",
         overflow_reply_reserve_bytes: int = 30_000,
         name: str = "user_log",
+        layout: str = "lme",
     ) -> None:
-        if overflow_policy not in OVERFLOW_POLICIES:
-            from lme.errors import LmeError
+        from lme.errors import LmeError
 
+        if overflow_policy not in OVERFLOW_POLICIES:
             raise LmeError(f"memory.overflow_policy {overflow_policy!r} is unknown (known: {', '.join(OVERFLOW_POLICIES)}).")
+        if layout not in LAYOUTS:
+            raise LmeError(f"memory.layout {layout!r} is unknown (known: {', '.join(LAYOUTS)}).")
+        self.layout = layout
         self.retriever = retriever
         self.top_k = top_k
         self.max_bytes = max_bytes
@@ -131,6 +198,17 @@ class UserLogMemoryBuilder:
                 f"({self._policy_words()}); the other sessions' messages are missing."
             )
         return "\n".join(lines)
+
+    def _log_title(self, total: int, kept: int | None = None) -> str:
+        """The log's title; `kept`: how many sessions an overflow kept (the study's title, sized in its longest
+        form, `N of the N sessions`, before the cut is made)."""
+        if self.layout == "study":
+            which = f"all {total} sessions" if kept is None else f"{kept} of the {total} sessions"
+            return (f"# Complete log of the user's messages: every message the user sent, verbatim, from {which} of "
+                    "the history, in chronological order and grouped by session")
+        if kept is None:
+            return "## User messages (every session, oldest first)"
+        return "## User messages (the sessions kept, oldest first)"
 
     def _policy_words(self) -> str:
         if self.overflow_policy == "newest":
@@ -160,8 +238,8 @@ class UserLogMemoryBuilder:
 
     def build(self, question: Question) -> Memory:
         ranking = self.retriever.rank(question, self.top_k)
-        blocks = [session_block(session, question) for session in question.sessions]
-        log_title = "## User messages (every session, oldest first)"
+        blocks = [session_block(session, question, self.layout) for session in question.sessions]
+        log_title = self._log_title(len(blocks))
         separator = "\n\n"
         full_log = separator.join([log_title, *(block.text for block in blocks)])
         header = self.header(question)
@@ -170,7 +248,8 @@ class UserLogMemoryBuilder:
         if overflow:
             budget = self.max_bytes - self.overflow_reply_reserve_bytes
             header = self.header(question, shown=0, total=len(blocks))  # longest form, to size the budget
-            used = utf8_len(header + separator + log_title)
+            sizing_title = self._log_title(len(blocks), len(blocks)) if self.layout == "study" else log_title
+            used = utf8_len(header + separator + sizing_title)
             kept = []
             for index in self._overflow_order(question, ranking.turn_ids):
                 cost = utf8_len(separator + blocks[index].text)
@@ -181,11 +260,12 @@ class UserLogMemoryBuilder:
                     break  # the newest sessions, contiguous: no older one fills a gap
             kept.sort()
             header = self.header(question, shown=len(kept), total=len(blocks))
-            log_title = "## User messages (the sessions kept, oldest first)"
+            log_title = self._log_title(len(blocks), len(kept))
         log = separator.join([log_title, *(blocks[i].text for i in kept)])
         text = header + separator + log
 
-        replies_title = "## Assistant replies (retrieved, most relevant first)"
+        replies_title = (STUDY_REPLIES_TITLE if self.layout == "study"
+                         else "## Assistant replies (retrieved, most relevant first)")
         turns = {turn.turn_id: turn for turn in question.turns()}
         used = utf8_len(text)
         reply_bytes = 0
@@ -197,7 +277,7 @@ class UserLogMemoryBuilder:
             turn = turns.get(turn_id)
             if turn is None or turn.role != "assistant" or turn_id in included:
                 continue
-            block = reply_block(turn, question.session_of(turn_id))
+            block = reply_block(turn, question.session_of(turn_id), self.layout)
             cost = utf8_len(separator + block)
             extra = title_cost if not reply_parts else 0
             if reply_bytes + cost <= self.reply_max_bytes and used + extra + cost <= self.max_bytes:
