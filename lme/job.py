@@ -254,6 +254,9 @@ def _run_job(design: Design) -> dict[str, float]:
     finally:
         if traces is not None:
             traces.close()  # the questions answered so far keep their traces, whatever stopped the job
+            if tracker is not None and traces.written:  # what tracing cost, on the helper's core
+                tracker.log_metrics({"traces_written": traces.written,
+                                     "trace_cpu_ms_per_question": round(1000 * traces.cpu_s / traces.written, 2)})
         if tracker is not None:
             tracker.finish(status, failure)
         cache.close()

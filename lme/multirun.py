@@ -150,7 +150,8 @@ class MultirunParent(_HydraCallback):
             design = _design(config)
             if design is None or not after_multirun(design, self.parent, self.settings):
                 status, failure = "FAILED", failure or "a stage after the jobs failed"
-            print(multirun_summary(metrics, summary, self.parent.run_id, self.settings), flush=True)
+            print(multirun_summary(metrics, summary, self.parent.run_id, self.settings, self.parent.experiment_id),
+                  flush=True)
         finally:
             if status != "FINISHED":
                 tracking.FAILED_STUDIES.append(self.parent.run_id)
@@ -181,9 +182,9 @@ def _sweeps(overrides: list[str], *keys: str) -> bool:
 
 
 def multirun_summary(metrics: Mapping[str, float], summary: Mapping[str, Any], parent_id: str,
-                     settings: TrackingSettings) -> str:
+                     settings: TrackingSettings, experiment_id: str) -> str:
     """What a multirun prints at the end: per design, the mean of runs and the count correct in a majority of
-    runs, the failed jobs, the parent run and how to look at it."""
+    runs, the failed jobs, the parent run and how to look at it (lme's runs-table view, `runs_view_url`)."""
     designs = summary.get("designs", {})
     lines = []
     for design, info in sorted(designs.items()):
@@ -204,5 +205,7 @@ def multirun_summary(metrics: Mapping[str, float], summary: Mapping[str, Any], p
     if failed or not designs:
         lines.append(f"multirun: {failed} job(s) failed or are incomplete; they are left out of the measures above")
     uri = settings.uri
-    lines.append(f"MLflow parent run {parent_id}; to compare: mlflow ui --backend-store-uri {uri}")
+    where = "" if uri.startswith(("http://", "https://")) else f"mlflow ui --backend-store-uri {uri}, then "
+    lines.append(f"MLflow parent run {parent_id}; to compare: {where}open "
+                 f"{tracking.runs_view_url(settings, experiment_id)} (design, dataset, seed, accuracy per run)")
     return "\n".join(lines)

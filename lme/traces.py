@@ -184,6 +184,7 @@ class TraceWriter:
         self.failed: str | None = None
         self.written = 0
         self.queued = 0
+        self.cpu_s = 0.0  # the helper's CPU time on this job's traces (off the job's loop, on another core)
 
     def write(self, question: Question, outcome: Outcome, record: QuestionRecord) -> None:
         """Hand the question's record to the helper (the job's loop never waits for the store)."""
@@ -199,7 +200,7 @@ class TraceWriter:
             print(f"lme: warning: {self.failed}; {self.queued} traces may be missing; the run goes on.",
                   file=sys.stderr, flush=True)
         else:
-            self.written, self.failed = result
+            self.written, self.failed, self.cpu_s = result
             if self.failed is not None:  # said by the job, on its own stderr (the helper may outlive it)
                 print(f"lme: warning: traces stopped after {self.written} of {self.queued} for this job "
                       f"({self.failed}); the run went on.", file=sys.stderr, flush=True)
@@ -249,7 +250,7 @@ class _Helper:
             except (BrokenPipeError, OSError, ValueError):  # the helper is gone: `result` says so
                 return
 
-    def result(self) -> tuple[int, str | None] | None:
+    def result(self) -> tuple[int, str | None, float] | None:
         """The helper's answer to a `close` (None when it stopped first)."""
         return _read_frame(self.process.stdout)
 
@@ -304,7 +305,8 @@ def helper_main() -> None:
                 store.close()
             if kind == "end":
                 return
-            answers.write(_frame((store.written, store.failed) if store is not None else (0, "no job was started")))
+            answers.write(_frame((store.written, store.failed, store.cpu_s) if store is not None
+                                 else (0, "no job was started", 0.0)))
             answers.flush()
             store, pending = None, []
 
@@ -316,6 +318,7 @@ class _Store:
         self.setup = setup
         self.full = setup.settings.traces == "full"
         self.written = 0
+        self.cpu_s = 0.0  # the helper's CPU time building and storing this job's traces
         self.failed: str | None = None
         self.registry: TextRegistry | None = None
         try:
@@ -333,6 +336,13 @@ class _Store:
     def write(self, batch: list[TraceInput]) -> None:
         if self.failed is not None or not batch:
             return
+        started = time.process_time()
+        try:
+            self._write(batch)
+        finally:
+            self.cpu_s += time.process_time() - started
+
+    def _write(self, batch: list[TraceInput]) -> None:
         from mlflow.entities import Span
 
         try:

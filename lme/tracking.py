@@ -139,18 +139,62 @@ def _store_lock(settings: TrackingSettings):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+# The runs table as lme's view: MLflow's runs table shows Source, Models and Dataset by default and has no
+# per-experiment default columns; a shared view (an experiment tag `mlflow.sharedViewState.<key>`, opened with
+# `?viewStateShareKey=<key>`, the mechanism behind the UI's "Share" button) selects the columns and the order.
+RUNS_VIEW_KEY = "lme"
+RUNS_VIEW_TAG = "mlflow.sharedViewState." + RUNS_VIEW_KEY
+RUNS_VIEW_COLUMNS = (  # in this order after the run's name (MLflow keeps Created first)
+    "metrics.`accuracy`",
+    "metrics.`task_averaged_accuracy`",
+    "params.`design`",
+    "tags.`lme.seed`",
+    "metrics.`mean_accuracy`",           # a one-design multirun's parent: the mean of its runs
+    "metrics.`majority_correct_count`",  # ... and the questions correct in a majority of them
+    "metrics.`reader_cost_usd`",
+    "attributes.`Dataset`",
+)
+
+
+def runs_view_state() -> dict[str, Any]:
+    """lme's runs-table view: accuracy, task-averaged accuracy, design, seed, reader cost and dataset per job
+    (the parent of a one-design multirun: its mean of runs and majority count), sorted by accuracy, which
+    MLflow lists flat (sorted by creation, it folds the jobs under their parent)."""
+    return {"searchFilter": "", "orderByKey": "metrics.`accuracy`", "orderByAsc": False,
+            "selectedColumns": list(RUNS_VIEW_COLUMNS), "columnOrder": ["attributes.`Run Name`", *RUNS_VIEW_COLUMNS]}
+
+
+def runs_view_url(settings: TrackingSettings, experiment: str) -> str:
+    """Where lme's runs-table view opens: on the tracking server, or on `mlflow ui`'s default address."""
+    base = settings.uri.rstrip("/") if settings.uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"
+    return f"{base}/#/experiments/{experiment}/runs?viewStateShareKey={RUNS_VIEW_KEY}"
+
+
+def _ensure_runs_view(client: Any, experiment: Any) -> None:
+    value = json.dumps(runs_view_state(), sort_keys=True)
+    if (experiment.tags or {}).get(RUNS_VIEW_TAG) != value:
+        client.set_experiment_tag(experiment.experiment_id, RUNS_VIEW_TAG, value)
+
+
 def experiment_id(settings: TrackingSettings) -> str:
+    """The id of the study's experiment, created when new; it carries lme's runs-table view (`runs_view_url`)."""
     client = client_for(settings)
     experiment = client.get_experiment_by_name(settings.experiment)
-    if experiment is not None:
-        return experiment.experiment_id
-    try:
-        return client.create_experiment(settings.experiment, artifact_location=artifact_location(settings))
-    except Exception:  # another job created it first
-        experiment = client.get_experiment_by_name(settings.experiment)
-        if experiment is None:
-            raise
-        return experiment.experiment_id
+    if experiment is None:
+        try:
+            client.create_experiment(settings.experiment, artifact_location=artifact_location(settings))
+        except Exception:  # another job created it first
+            experiment = client.get_experiment_by_name(settings.experiment)
+            if experiment is None:
+                raise
+        experiment = experiment or client.get_experiment_by_name(settings.experiment)
+    if (settings.uri, settings.experiment) not in _VIEW_SET:
+        _ensure_runs_view(client, experiment)
+        _VIEW_SET.add((settings.uri, settings.experiment))
+    return experiment.experiment_id
+
+
+_VIEW_SET: set[tuple[str, str]] = set()  # (store, experiment) this process has given lme's runs view
 
 
 DATASET_DIGEST_CHARS = 12  # the Dataset column's digest: the file's SHA-256, shortened (the profile holds all of it)
@@ -180,6 +224,7 @@ class JobRun:
         repair_orphans(settings, experiment_ids=[experiment], quiet=True)  # runs a SIGKILL left RUNNING
         run = self.client.create_run(experiment, run_name=run_name, tags=all_tags)
         self.run_id = run.info.run_id
+        self.experiment_id = experiment
 
     def log_params(self, params: Mapping[str, str]) -> None:
         from mlflow.entities import Param

@@ -161,6 +161,7 @@ class StudyRun:
     profile: dict[str, float] | None = None  # category -> active seconds (py-spy), when profiled
     traces: str = "full"  # tracking.traces of the study
     store_bytes: int = 0  # the MLflow store after the study: mlflow.db and mlruns/
+    trace_cpu_ms: float | None = None  # the trace helper's CPU per question and seed (the jobs' metric), when traced
 
     @property
     def question_runs(self) -> int:
@@ -234,7 +235,23 @@ def run_study(data_path: Path, questions: int | None, seeds: int, latency: float
         max_in_flight=max_in_flight, journaled=total, ledger_paid=_ledger_paid(work / "cache" / "ledger.sqlite"),
         exit_code=code, tracking=tracking, profile=profile_categories(raw) if spy and raw.exists() else None,
         traces=traces if tracking else "off", store_bytes=store_size(work),
+        trace_cpu_ms=trace_cpu_ms(work) if tracking and traces != "off" else None,
     )
+
+
+def trace_cpu_ms(work: Path) -> float | None:
+    """The trace helper's CPU time per question and seed over the study's jobs (their `traces_written` and
+    `trace_cpu_ms_per_question` metrics), weighted by traces written."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("bench")
+    if experiment is None:
+        return None
+    runs = [run.data.metrics for run in client.search_runs([experiment.experiment_id])]
+    written = sum(m.get("traces_written", 0) for m in runs)
+    spent = sum(m.get("traces_written", 0) * m.get("trace_cpu_ms_per_question", 0) for m in runs)
+    return spent / written if written else None
 
 
 # -- where the time goes (py-spy raw stacks) -----------------------------------------------------------
@@ -340,6 +357,8 @@ def traces_rows(full: StudyRun, off: StudyRun) -> list[dict[str, Any]]:
         row("  MLflow store with traces", round(full.store_bytes / 2**20, 1), "MiB",
             f"tracking.traces=off: {off.store_bytes / 2**20:.1f} MiB", None, "", None,
             f"{(full.store_bytes - off.store_bytes) / max(1, runs) / 1024:.0f} KiB per question and seed added"),
+        row("  trace helper CPU per question and seed", None if full.trace_cpu_ms is None else round(full.trace_cpu_ms, 1),
+            "ms", "in the helper process, off the job's loop", None, "", None, ""),
     ]
 
 

@@ -19,7 +19,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -101,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             from mlflow.tracking import MlflowClient
 
+            from lme.tracking import TrackingSettings, runs_view_url
+
             url = f"http://127.0.0.1:{port}"
             client = MlflowClient(url)
             experiment = client.get_experiment_by_name("lme").experiment_id
@@ -109,12 +110,9 @@ def main(argv: list[str] | None = None) -> int:
             trace = client.search_traces(locations=[experiment], run_id=jobs[0].info.run_id, max_results=1)[0]
             ids = ",".join(f'"{run.info.run_id}"' for run in jobs)
             pages = {
-                # the jobs only: a search shows them flat, with their design, dataset, seed and accuracy
-                # sorted by a metric, MLflow lists nested runs flat (sorted by creation, it folds them under
-                # their parent), and the sort key's column is shown
-                "runs_table.png": f"{url}/#/experiments/{experiment}/runs?searchFilter="
-                                  + urllib.parse.quote("tags.`lme.role` = 'job'")
-                                  + "&orderByKey=" + urllib.parse.quote("metrics.`accuracy`") + "&orderByAsc=false",
+                # lme's runs-table view (an experiment tag every job sets; MLflow has no default columns
+                # per experiment): design, dataset, seed, accuracy, sorted by accuracy
+                "runs_table.png": runs_view_url(TrackingSettings(uri=url), experiment),
                 "trace.png": f"{url}/#/experiments/{experiment}/traces?selectedEvaluationId={trace.info.trace_id}",
                 "compare_runs.png": f"{url}/#/compare-runs?runs=[{ids}]&experiments=[\"{experiment}\"]",
             }

@@ -29,6 +29,7 @@ def study(tmp_path_factory):
          f"cache_dir={where}/cache", "progress=false"],
         cwd=where, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
+    (where / "stdout.txt").write_text(done.stdout, encoding="utf-8")
     client = MlflowClient(f"sqlite:///{where}/mlflow.db")
     experiment = client.get_experiment_by_name("lme").experiment_id
     runs = client.search_runs([experiment])
@@ -93,3 +94,26 @@ def test_outcomes_and_across_seed_verdicts_are_tables(study):
         assert [row["seed 1"], row["seed 2"]] == [by_seed["1"][row["question_id"]], by_seed["2"][row["question_id"]]]
         assert row["runs_correct"] == [row["seed 1"], row["seed 2"]].count("correct")
         assert row["majority"] == ("correct" if row["runs_correct"] == 2 else "wrong")
+
+
+def test_the_runs_table_view_shows_design_dataset_seed_and_accuracy(study):
+    """MLflow has no per-experiment default columns; the experiment carries lme's view as a shared view
+    state, and the multirun prints the address that opens it. Every column it selects is one the runs have."""
+    from lme.tracking import RUNS_VIEW_TAG
+
+    client, experiment, jobs, parent, where = study
+    state = json.loads(client.get_experiment(experiment).tags[RUNS_VIEW_TAG])
+    assert state["orderByKey"] == "metrics.`accuracy`" and state["orderByAsc"] is False
+    have = {"attributes": {"Dataset"}}
+    for run in [*jobs, parent]:
+        have.setdefault("params", set()).update(run.data.params)
+        have.setdefault("metrics", set()).update(run.data.metrics)
+        have.setdefault("tags", set()).update(run.data.tags)
+    for column in state["selectedColumns"]:
+        kind, _, name = column.partition(".")
+        assert name.startswith("`") and name.endswith("`") and name.strip("`") in have[kind], column
+    selected = set(state["selectedColumns"])
+    assert {"params.`design`", "tags.`lme.seed`", "metrics.`accuracy`", "attributes.`Dataset`"} <= selected
+    assert "metrics.`mean_accuracy`" in selected and "mean_accuracy" in parent.data.metrics
+    stdout = (where / "stdout.txt").read_text(encoding="utf-8")
+    assert f"/#/experiments/{experiment}/runs?viewStateShareKey=lme" in stdout

@@ -70,6 +70,7 @@ def test_traces_are_written_in_batches_and_each_text_once_per_store(tmp_path):
     questions = [q for i, q in enumerate(questions) if q.question_id not in {p.question_id for p in questions[:i]}]
     client, experiment, first, writer, sent = _job(tmp_path, questions, seed=1)
     assert writer.failed is None and writer.written == len(questions)
+    assert 0 < writer.cpu_s < 60  # the helper's CPU time on these traces, as it measured it
     traces = _traces(client, experiment, first)
     assert sorted(t.info.tags["mlflow.traceName"] for t in traces) == sorted(
         f"question {q.question_id}" for q in questions)

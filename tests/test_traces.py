@@ -50,6 +50,7 @@ def test_each_question_is_a_trace_with_the_exact_prompt_and_its_verdict(tmp_path
     journal = [json.loads(line) for line in (next(tmp_path.glob("outputs/**/outcomes.jsonl"))).read_text().splitlines()]
     outcomes = {row["question_id"]: row for row in journal}
     assert sorted(t.info.tags["lme.question_id"] for t in traces) == sorted(outcomes)
+    assert run.data.metrics["traces_written"] == len(outcomes) and run.data.metrics["trace_cpu_ms_per_question"] > 0
     received = sorted({json.dumps(messages, ensure_ascii=False) for messages in sent})
     traced, held = [], {}
     for trace in traces:
