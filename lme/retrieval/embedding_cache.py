@@ -26,6 +26,7 @@ a tqdm bar on a terminal, a line every 30 s otherwise, nothing when
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sqlite3
 import threading
@@ -297,3 +298,222 @@ class EmbeddingCache:
                 yield from pairs
             if pending is not None:
                 pending.result()
+
+
+# -- export and import: one portable file of vectors, for a team to fill the cache once ------------------
+
+EXPORT_FORMAT = "lme-embeddings"
+EXPORT_VERSION = 1
+EXPORT_DTYPE = "float32-le"  # every vector: little-endian float32, `dim` of them
+_KEY_CHARS = frozenset("0123456789abcdef")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelVectors:
+    model: str  # the model id the vectors are keyed by (with its backend and precision, where it has them)
+    dim: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class ExportSummary:
+    path: Path
+    count: int
+    models: tuple[ModelVectors, ...]
+    digest: str  # SHA-256 over every (key, model, dim, vector) in key order (`vectors_digest`)
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ImportSummary:
+    path: Path
+    target: Path
+    count: int  # vectors in the file
+    added: int  # new to the target
+    identical: int  # already in the target with the same vector: skipped
+    conflicting: int  # already in the target with another vector: kept as they were (--keep-existing)
+    models: tuple[ModelVectors, ...]
+
+
+def vectors_digest(conn: sqlite3.Connection, schema: str = "main") -> tuple[str, int]:
+    """(SHA-256, rows) over every row of `schema`.embeddings in key order: each key, model, dim and vector
+    length-prefixed, so no two different contents share a digest."""
+    digest = hashlib.sha256()
+    rows = 0
+    for key, model, dim, vector in conn.execute(f"SELECT key, model, dim, vector FROM {schema}.embeddings ORDER BY key"):
+        digest.update(_length_prefixed(key) + _length_prefixed(model) + int(dim).to_bytes(8, "big"))
+        digest.update(len(vector).to_bytes(8, "big") + bytes(vector))
+        rows += 1
+    return digest.hexdigest(), rows
+
+
+def _models(conn: sqlite3.Connection, schema: str) -> tuple[ModelVectors, ...]:
+    rows = conn.execute(f"SELECT model, dim, COUNT(*) FROM {schema}.embeddings GROUP BY model, dim ORDER BY model, dim")
+    return tuple(ModelVectors(str(model), int(dim), int(count)) for model, dim, count in rows)
+
+
+def _has_embeddings(conn: sqlite3.Connection, schema: str) -> bool:
+    return conn.execute(
+        f"SELECT 1 FROM {schema}.sqlite_master WHERE type = 'table' AND name = 'embeddings'"
+    ).fetchone() is not None
+
+
+def export_embeddings(cache_path: str | Path, out_path: str | Path, model: str | None = None,
+                      overwrite: bool = False) -> ExportSummary:
+    """Write the vectors of the cache at `cache_path` (of `model` only, when given) to `out_path`: one SQLite
+    file (no side files) holding the table `embeddings` (key, model, dim, vector), as in the cache, and
+    `manifest` (format, version, dtype, count, models with their dims, digest). Written whole under a
+    temporary name, then renamed: an interrupted export leaves no file that looks complete."""
+    cache_path, out_path = Path(cache_path), Path(out_path)
+    if not cache_path.is_file():
+        raise LmeError(f"cache export: {cache_path}: no embedding cache there, nothing to export.")
+    if out_path.exists() and not overwrite:
+        raise LmeError(f"cache export: {out_path} exists; remove it or pass --force.")
+    if out_path.resolve() == cache_path.resolve():
+        raise LmeError(f"cache export: {out_path} is the cache itself.")
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    partial = out_path.with_name(out_path.name + ".partial")
+    partial.unlink(missing_ok=True)
+    try:
+        conn = sqlite3.connect(partial, isolation_level=None)
+    except sqlite3.Error as exc:
+        raise LmeError(f"cache export: cannot write {out_path} ({exc}).") from None
+    try:
+        conn.execute("PRAGMA journal_mode=DELETE")
+        conn.execute(_SCHEMA)
+        conn.execute("CREATE TABLE manifest (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        conn.execute("ATTACH DATABASE ? AS source", (str(cache_path),))
+        if not _has_embeddings(conn, "source"):
+            raise LmeError(f"cache export: {cache_path}: not an lme embedding cache (no embeddings table).")
+        conn.execute("BEGIN")
+        where, args = ("WHERE model = ?", (model,)) if model is not None else ("", ())
+        conn.execute("INSERT INTO main.embeddings (key, model, dim, vector) "
+                     f"SELECT key, model, dim, vector FROM source.embeddings {where} ORDER BY key", args)
+        conn.execute("COMMIT")
+        available = _models(conn, "source")
+        conn.execute("DETACH DATABASE source")
+        models = _models(conn, "main")
+        if model is not None and not models:
+            names = ", ".join(sorted({entry.model for entry in available})) or "none"
+            raise LmeError(f"cache export: {cache_path} holds no vector of model {model!r} (models there: {names}).")
+        digest, count = vectors_digest(conn)
+        manifest = {
+            "format": EXPORT_FORMAT, "version": str(EXPORT_VERSION), "dtype": EXPORT_DTYPE, "count": str(count),
+            "digest": digest, "models": json.dumps([[m.model, m.dim, m.count] for m in models]),
+        }
+        conn.executemany("INSERT INTO manifest (name, value) VALUES (?, ?)", sorted(manifest.items()))
+    except sqlite3.Error as exc:
+        conn.close()
+        partial.unlink(missing_ok=True)
+        raise LmeError(f"cache export: {cache_path} -> {out_path}: {exc}.") from None
+    except BaseException:
+        conn.close()
+        partial.unlink(missing_ok=True)
+        raise
+    conn.close()
+    os.replace(partial, out_path)
+    return ExportSummary(out_path, count, models, digest, out_path.stat().st_size)
+
+
+def _read_manifest(conn: sqlite3.Connection, path: Path) -> dict[str, str]:
+    what = f"cache import: {path}: not an lme embeddings export"
+    try:
+        if conn.execute("SELECT 1 FROM imported.sqlite_master WHERE type = 'table' AND name = 'manifest'"
+                        ).fetchone() is None or not _has_embeddings(conn, "imported"):
+            raise LmeError(f"{what} (no manifest or embeddings table).")
+        manifest = {str(name): str(value) for name, value in conn.execute("SELECT name, value FROM imported.manifest")}
+    except sqlite3.DatabaseError as exc:
+        raise LmeError(f"{what} ({exc}).") from None
+    if manifest.get("format") != EXPORT_FORMAT:
+        raise LmeError(f"{what} (format {manifest.get('format')!r}).")
+    if not manifest.get("version", "").isdigit() or int(manifest["version"]) > EXPORT_VERSION:
+        raise LmeError(f"cache import: {path}: export version {manifest.get('version')!r} is newer than this lme "
+                       f"reads ({EXPORT_VERSION}); upgrade lme.")
+    if manifest.get("dtype") != EXPORT_DTYPE:
+        raise LmeError(f"cache import: {path}: vectors of dtype {manifest.get('dtype')!r}, expected {EXPORT_DTYPE}.")
+    return manifest
+
+
+def verify_export(conn: sqlite3.Connection, path: Path) -> tuple[ModelVectors, ...]:
+    """Check the export attached as `imported` against its manifest: digest and count, every vector's byte
+    length against its dim, one dim per model and the manifest's, keys of 64 hex digits. Returns its models."""
+    manifest = _read_manifest(conn, path)
+    bad = conn.execute(
+        "SELECT COUNT(*) FROM imported.embeddings WHERE dim < 1 OR length(vector) != 4 * dim OR length(key) != 64"
+    ).fetchone()[0]
+    if bad:
+        raise LmeError(f"cache import: {path}: {bad} vector(s) whose length does not match their dim or whose key "
+                       "is not a SHA-256; the file is damaged.")
+    if any(set(key) - _KEY_CHARS for (key,) in conn.execute("SELECT key FROM imported.embeddings")):
+        raise LmeError(f"cache import: {path}: a key is not a lower-case hex SHA-256; the file is damaged.")
+    models = _models(conn, "imported")
+    listed = sorted(tuple(item) for item in json.loads(manifest.get("models", "[]")))
+    if sorted((m.model, m.dim, m.count) for m in models) != listed:
+        raise LmeError(f"cache import: {path}: its models and dims differ from its manifest; the file is damaged.")
+    for name in {m.model for m in models}:
+        dims = sorted({m.dim for m in models if m.model == name})
+        if len(dims) > 1:
+            raise LmeError(f"cache import: {path}: model {name} has vectors of sizes {dims}; the file is damaged.")
+    digest, count = vectors_digest(conn, "imported")
+    if str(count) != manifest.get("count") or digest != manifest.get("digest"):
+        raise LmeError(f"cache import: {path}: its digest or count ({count} vectors) does not match its manifest; "
+                       "the file is damaged or was changed after export.")
+    return models
+
+
+def import_embeddings(path: str | Path, cache_path: str | Path, keep_existing: bool = False) -> ImportSummary:
+    """Verify the export at `path` (`verify_export`), then add its vectors to the cache at `cache_path`, in
+    one transaction. A key already in the cache with the same vector is skipped; with another vector it is
+    a conflict: without `keep_existing` nothing is imported and `LmeError` says how many; with it, the
+    cache's vectors are kept and the rest imported. A model whose vectors in the cache have another size
+    is refused whatever `keep_existing` says."""
+    path, cache_path = Path(path), Path(cache_path)
+    if not path.is_file():
+        raise LmeError(f"cache import: {path}: no such file.")
+    if cache_path.exists() and cache_path.resolve() == path.resolve():
+        raise LmeError(f"cache import: {path} is the target cache itself.")
+    cache = EmbeddingCache(cache_path)
+    try:
+        with cache._lock:
+            conn = cache._connection()
+            try:
+                conn.execute("ATTACH DATABASE ? AS imported", (str(path),))
+            except sqlite3.Error as exc:
+                raise LmeError(f"cache import: {path}: cannot open it ({exc}).") from None
+            try:
+                models = verify_export(conn, path)
+                for entry in models:
+                    dims = [dim for (dim,) in conn.execute(
+                        "SELECT DISTINCT dim FROM main.embeddings WHERE model = ? AND dim != ?", (entry.model, entry.dim))]
+                    if dims:
+                        raise LmeError(f"cache import: {path}: model {entry.model} has vectors of size {entry.dim} "
+                                       f"there but {dims[0]} in {cache_path}; nothing imported.")
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    identical, conflicting = conn.execute(
+                        "SELECT COALESCE(SUM(m.model = i.model AND m.dim = i.dim AND m.vector = i.vector), 0), "
+                        "COALESCE(SUM(NOT (m.model = i.model AND m.dim = i.dim AND m.vector = i.vector)), 0) "
+                        "FROM imported.embeddings AS i JOIN main.embeddings AS m ON m.key = i.key"
+                    ).fetchone()
+                    if conflicting and not keep_existing:
+                        raise LmeError(
+                            f"cache import: {path}: {conflicting} vector(s) differ from those {cache_path} holds "
+                            "under the same key (same model, prompt and text); nothing imported. Pass "
+                            "--keep-existing to keep the cache's and import the rest."
+                        )
+                    before = conn.execute("SELECT COUNT(*) FROM main.embeddings").fetchone()[0]
+                    conn.execute("INSERT OR IGNORE INTO main.embeddings (key, model, dim, vector) "
+                                 "SELECT key, model, dim, vector FROM imported.embeddings")
+                    added = conn.execute("SELECT COUNT(*) FROM main.embeddings").fetchone()[0] - before
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
+                count = sum(entry.count for entry in models)
+            finally:
+                conn.execute("DETACH DATABASE imported")
+    except sqlite3.Error as exc:
+        raise LmeError(f"cache import: {path} -> {cache_path}: {exc}.") from None
+    finally:
+        cache.close()
+    return ImportSummary(path, cache_path, count, int(added), int(identical), int(conflicting), models)
