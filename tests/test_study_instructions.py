@@ -168,3 +168,13 @@ def test_the_repository_holds_no_sentence_of_the_studys_texts():
         content = path.read_text(encoding="utf-8", errors="replace")
         hits = [s for s in sentences if s in content]
         assert not hits, f"{name} holds the study's text: {hits[0][:60]!r}"
+
+
+@needs_file
+def test_the_base_alone_is_the_studys_baseline_reader():
+    """The study's retrieval baselines read with its base instruction alone: allowed, the base being verified
+    inside every composed step; the user-log paragraph over retrieved turns is still refused."""
+    design = compose_design(["instructions=study", f"instructions.source={STUDY_FILE}", "instructions.first_pass=[]"])
+    assert design.instructions.first_pass == json.loads(STUDY_FILE.read_text(encoding="utf-8"))["base"]
+    with pytest.raises(LmeError, match='paragraph "user_log"'):
+        compose_design(["instructions=study", f"instructions.source={STUDY_FILE}"])
