@@ -67,8 +67,13 @@ def test_instructions_study_composes_all_four_steps_to_the_published_digests():
     raw = json.loads(STUDY_FILE.read_text(encoding="utf-8"))
     assert config["instructions"]["base"] == raw["base"]
     assert config["instructions"]["paragraphs"] == raw["paragraphs"]
-    digests = text_digests(config)
+    from lme.design import canonical_design
+
+    canonical = canonical_design(config)  # what prereg freezes: the texts, not where the file lies
+    assert "source" not in canonical["instructions"]
+    digests = text_digests(canonical)
     assert digests["instructions.paragraphs.recall"] and digests["instruction.advice"]
+    assert "instructions.source" not in digests
     # where the file lies is not part of the design; its texts are
     moved = study([], STUDY_FILE.resolve())
     assert moved.config_sha256 == design.config_sha256
