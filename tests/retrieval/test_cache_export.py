@@ -47,7 +47,7 @@ def stored(path: Path) -> dict[str, bytes]:
 
 @pytest.mark.skipif(not MINI.exists(), reason=f"{MINI} is absent")
 def test_an_imported_cache_ranks_as_the_exporting_one_without_loading_the_model(tmp_path: Path) -> None:
-    questions = load_questions(mini_excerpt(tmp_path / "mini.json", questions=2, other_sessions=2))
+    questions = load_questions(mini_excerpt(tmp_path / "mini.json", questions=2, other_sessions=1))
     filled = DenseRetriever(model="minilm-packaged", device="cpu", cache_path=tmp_path / "a" / "e.sqlite",
                             progress=False)
     before = [filled.rank(question, 20) for question in questions]
