@@ -467,6 +467,7 @@ def _rules(cfg: DictConfig) -> list[tuple[re.Pattern[str], Check]]:
         (r"judge\.official", boolean()),
         (r"judge\.templates_path", existing_not_special),
         (r"judge\.verdict", choice(_verdict_rules)),
+        (r"judge\.system_message", text(optional=True)),
         # memory, view, retrievers, embedding
         (r"memory\.overflow_policy", choice(_overflow_policies)),
         (r"memory\.layout", choice(_layouts)),

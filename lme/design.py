@@ -143,6 +143,7 @@ class JudgeSpec:
     templates_path: str | None
     templates: Mapping[str, str] | None
     verdict: str = "contains_yes"  # how a reply is read (lme.judge.parse_verdict): LongMemEval's rule by default
+    system_message: str | None = None  # sent before the template (the study's judge); LongMemEval's: none
 
     def build(self) -> Judge:
         """The judge, its templates read and verified."""
@@ -151,7 +152,7 @@ class JudgeSpec:
         return make_judge(name=self.name, official=self.official, model=self.model.build(),
                           templates_path=self.templates_path,
                           templates=dict(self.templates) if self.templates is not None else None,
-                          verdict=self.verdict)
+                          verdict=self.verdict, system_message=self.system_message)
 
 
 @dataclass(frozen=True)
@@ -368,6 +369,7 @@ def _design(cfg: Any, container: dict[str, Any]) -> Design:
             templates_path=str(judge["templates_path"]) if judge.get("templates_path") else None,
             templates=frozen(judge["templates"]) if judge.get("templates") else None,
             verdict=str(judge.get("verdict") or "contains_yes"),
+            system_message=str(judge["system_message"]) if judge.get("system_message") else None,
         ),
         instructions=instructions,
         arbiter=arbiter,

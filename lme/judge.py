@@ -77,6 +77,7 @@ class Judge:
     model: ModelSpec
     templates: Mapping[str, str]
     verdict: str = "contains_yes"  # how the reply is read (`parse_verdict`)
+    system_message: str | None = None  # a system message before the filled template (LongMemEval: none)
 
     @property
     def digests(self) -> dict[str, str]:
@@ -86,7 +87,10 @@ class Judge:
         if answer is None or not answer.strip():
             return Verdict(correct=False, reply=None, call=None, note="missing answer counts as wrong")
         prompt = build_judge_prompt(self.templates, question, answer)
-        call = await gateway.complete(self.model, [{"role": "user", "content": prompt}], seed=None)
+        messages = [{"role": "user", "content": prompt}]
+        if self.system_message:
+            messages.insert(0, {"role": "system", "content": self.system_message})
+        call = await gateway.complete(self.model, messages, seed=None)
         if call.ok and not (call.text or "").strip():  # no verdict in it: a failed call, never a silent "no"
             call = replace(call, text=None, error="EmptyVerdict: the judge's reply is empty")
         correct = parse_verdict(call.text or "", self.verdict) if call.ok else None
@@ -106,9 +110,11 @@ def make_judge(
     templates_path: str | None = None,
     templates: Mapping[str, str] | None = None,
     verdict: str = "contains_yes",
+    system_message: str | None = None,
 ) -> Judge:
     """Build a judge from config: the official one needs the pinned LongMemEval templates file; `verdict`
-    names how its replies are read (`parse_verdict`)."""
+    names how its replies are read (`parse_verdict`); `system_message`, when given, is sent before the filled
+    template (the reference study's judge; LongMemEval's sends the template alone)."""
     if verdict not in VERDICT_RULES:
         raise LmeError(f"judge {name}: judge.verdict {verdict!r} is unknown (known: {', '.join(VERDICT_RULES)}).")
     if templates_path:
@@ -122,7 +128,8 @@ def make_judge(
             raise LmeError(f"judge {name}: field judge.templates lacks {', '.join(missing)}.")
     else:
         raise LmeError(f"judge {name}: set judge.templates_path or judge.templates.")
-    return Judge(name=name, official=official, model=model, templates=loaded, verdict=verdict)
+    return Judge(name=name, official=official, model=model, templates=loaded, verdict=verdict,
+                 system_message=system_message or None)
 
 
 __all__ = [

@@ -22,7 +22,7 @@ from lme.data.sample import SAMPLE_PATH
 from lme.data.splits import committed_split, make_study_split, split_ids, study_group
 from lme.design import compose_design
 from lme.errors import LmeError
-from lme.judge import make_judge, parse_verdict
+from lme.judge import build_judge_prompt, make_judge, parse_verdict
 from lme.memory.base import Memory
 from lme.memory.dates import resolve_relative_dates
 from lme.memory.retrieved import RetrievedMemoryBuilder, format_turn_block
@@ -74,8 +74,10 @@ def test_the_study_judge_config_and_the_official_default():
     assert model["model"] == "gpt-4o" and model["max_attempts"] == 1
     assert dict(model["params"]) == {"temperature": 0, "max_tokens": 16, "n": 1}
     assert study.judge.verdict == "exact_yes_no" and study.judge.official
+    assert study.judge.system_message == "You are a fair and precise evaluator."
     paper = compose_design(["setup=paper"])
     assert paper.judge.name == "longmemeval" and paper.judge.verdict == "contains_yes"
+    assert paper.judge.system_message is None  # LongMemEval's judge sends the template alone
     assert paper.judge.model.node["model"] == "gpt-4o-2024-08-06" and paper.judge.model.node["params"]["max_tokens"] == 10
 
 
@@ -96,7 +98,9 @@ def test_the_study_judge_call(reply, correct, error, tmp_path):
         (request,) = server.requests
     body = request.body
     assert body["model"] == "gpt-4o" and body["temperature"] == 0 and body["max_tokens"] == 16
-    assert [message["role"] for message in body["messages"]] == ["user"]
+    system, user = body["messages"]
+    assert system == {"role": "system", "content": "You are a fair and precise evaluator."}
+    assert user["role"] == "user" and user["content"] == build_judge_prompt(judge.templates, question, "A beagle.")
     assert verdict.correct is correct
     if error:
         assert verdict.error and verdict.error.startswith(error) and "'Yes, it matches.'" in verdict.error
@@ -160,6 +164,7 @@ def test_setup_study_sends_the_study_payload_and_layout_and_judges_with_the_stud
     assert payload["memory"].splitlines()[2].startswith("# Complete log of the user's messages: every message")
     assert "\n# Retrieved assistant replies: the assistant messages that best match" in payload["memory"]
     assert judged.body["model"] == "gpt-4o" and judged.body["max_tokens"] == 16
+    assert [message["role"] for message in judged.body["messages"]] == ["system", "user"]
 
 
 @pytest.mark.usefixtures("test_key")
