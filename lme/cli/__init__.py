@@ -39,6 +39,7 @@ register("estimate", "lme.cli.estimate", "main", "expected calls and dollars per
 register("runs", "lme.cli.runs", "main", "mark MLflow runs left RUNNING by a killed process as KILLED (runs repair)")
 register("embed", "lme.cli.embed", "main", "fill the embedding cache ahead of a study: every turn and question the retriever will embed")
 register("cache", "lme.cli.cache", "main", "merge call caches (cache merge); export and import embedding vectors (cache export|import FILE)")
+register("cost", "lme.cli.cost", "main", "a study's total spend from its job folders and ledger: per design and in all, paid vs from cache")
 
 
 def _usage() -> str:
