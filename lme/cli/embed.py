@@ -8,8 +8,9 @@ built; each of its semantic parts (`retriever=semantic`, hybrid's semantic part)
 embedding cache, exactly what ranking will ask for: every turn of every selected question's history
 with the document prompt, every question with the query prompt (`DenseRetriever.prepare`). Texts are
 de-duplicated across histories and texts already cached are not encoded again; the rest are encoded
-longest first and stored chunk by chunk as each completes, so a killed `lme embed` loses at most the
-chunk in flight and a rerun encodes only what is missing. Progress (texts encoded, texts/s, ETA) goes
+longest first and stored chunk by chunk as each completes (one transaction each), so a killed
+`lme embed` loses at most the chunks in flight (the one being encoded, the one being written) and a rerun
+encodes only what is missing. Progress (texts encoded, texts/s, ETA) goes
 to stderr: a bar on a terminal, a line every 30 s otherwise, none with `progress=false`.
 
 An embedding API (`retriever.backend=litellm`) is called through the gateway: the call cache
