@@ -319,3 +319,48 @@ def test_report_command_without_the_record_file_says_so_and_takes_one_given_by_h
     assert code == 2 and err.count("\n") == 1 and "record_sha256 does not match" in err and "edited.yaml" in err
     code, _, err = lme(["report", "--prereg", str(tmp_path / "nope.yaml"), *study["overrides"]], capsys)
     assert code == 2 and "preregistration record not found" in err
+
+
+# --- end to end: freeze, a preregistered multirun, a baseline, the report ------------------------------------
+
+
+def _lme_process(*args: str, cwd: Path):
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LME_", "OPENAI", "HYDRA"))}
+    return subprocess.run([sys.executable, "-m", "lme", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+@pytest.mark.slow
+def test_a_preregistered_study_is_reported_with_its_primary_measure_first(tmp_path):
+    common = ["limit=4", "progress=false", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+              f"tracking.artifact_location={tmp_path}/mlruns", f"cache_dir={tmp_path}/cache"]
+    freeze = _lme_process("prereg", "freeze", "+design=bm25", *common, "--seeds", "1,2", "--primary", "mean_accuracy",
+                          "--compare", "bm25:first_pass", "--out", "prereg/bm25.yaml", cwd=tmp_path)
+    assert freeze.returncode == 0, freeze.stderr[-2000:]
+    for args in (["+design=bm25", "prereg=prereg/bm25.yaml", "-m", "seed=1,2"], ["+design=first_pass", "-m", "seed=1,2"]):
+        run = _lme_process(*args, *common, cwd=tmp_path)
+        assert run.returncode == 0, run.stderr[-2000:]
+    from lme.prereg import load_record
+
+    record = load_record(tmp_path / "prereg" / "bm25.yaml")
+    report = _lme_process("report", "--json", "--resamples", "200", *common[2:4], cwd=tmp_path)
+    assert report.returncode == 0, report.stderr[-2000:]
+    data = json.loads(report.stdout)
+    statement = data["primary"][0]
+    bm25 = next(d for d in data["designs"] if d["design"] == "bm25")
+    assert statement["record_sha256"] == record["record_sha256"] and statement["path"] == "prereg/bm25.yaml"
+    assert statement["design"] == "bm25" and sorted(statement["seeds_ran"]) == ["1", "2"]
+    assert statement["value"] == pytest.approx(bm25["summary"]["mean_accuracy"])
+    comparison = statement["comparisons"][0]
+    pair = next(p for p in data["pairs"] if {p["a"], p["b"]} == {"bm25", "first_pass"})
+    sign = 1 if pair["b"] == "bm25" else -1
+    assert comparison["difference"] == pytest.approx(sign * pair["comparison"]["overall"]["mean_difference"])
+    assert statement["notes"] == []
+    markdown = _lme_process("report", "--resamples", "200", *common[2:4], cwd=tmp_path).stdout.splitlines()
+    assert markdown[2].startswith("**Preregistered primary measure:** mean_accuracy (mean of runs) of design bm25: **")
+    assert markdown[2].endswith(f"record {record['record_sha256']} (prereg/bm25.yaml).")
+    assert markdown[3].startswith("- bm25 - first_pass (planned comparison): **")
