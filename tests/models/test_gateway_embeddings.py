@@ -197,3 +197,33 @@ def test_lme_embed_with_an_api_stops_at_a_call_cap_with_what_was_stored_kept(
         assert run_subcommand("embed", args[:-1]) == 0  # a third run: all cached, no request
         assert "13 distinct; 13 already cached, 0 encoded" in capsys.readouterr().out
         assert len(server.embedding_requests) == 7
+
+
+@pytest.mark.slow
+def test_a_runs_embedding_calls_count_against_its_caps(tmp_path: Path, test_key: str) -> None:
+    """A whole `python -m lme` job whose semantic retriever calls an embedding API: the calls are in the
+    study's ledger under the job's name, and the job's call cap stops it (exit 3) with the resume hint."""
+    import os
+    import subprocess
+    import sys
+
+    from lme.errors import EXIT_BUDGET
+
+    with LoopbackServer() as server:
+        command = [sys.executable, "-m", "lme", "retriever=semantic", "retriever.backend=litellm",
+                   f"retriever.model={MODEL}", f"retriever.api_base={server.base_url}",
+                   f"retriever.api_key_env={KEY_ENV}", "retriever.batch_size=8", "retriever.concurrency=1",
+                   f"retriever.input_cost_per_token={PRICE}", "limit=2", "concurrency=1", "tracking.enabled=false",
+                   f"cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={tmp_path / 'run'}", "budget.job_calls=2"]
+        environ = {k: v for k, v in os.environ.items() if not k.startswith("HYDRA")}
+        result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=environ)
+        assert result.returncode == EXIT_BUDGET, result.stderr
+        assert "call cap of 2 is reached" in result.stderr and "Traceback" not in result.stderr
+        assert test_key not in result.stderr + result.stdout
+        assert len(server.embedding_requests) == 2
+    ledger = Ledger(tmp_path / "cache" / "ledger.sqlite")
+    rows = ledger.rows()
+    ledger.close()
+    assert len(rows) == 2 and {row["model"] for row in rows} == {MODEL}
+    assert {row["job"] for row in rows} == {str((tmp_path / "run").resolve())}  # the job's own name
+    assert all(row["status"] == "paid" and row["input_tokens"] > 0 and row["dollars"] > 0 for row in rows)
