@@ -309,6 +309,8 @@ class _Embedding(_Request[EmbeddingResult]):
         return CallBound(tokens, 0, None if prices is None else prices.dollars(tokens, 0))
 
     async def send(self, gateway: Gateway, litellm: Any, spec: ModelSpec, kwargs: dict[str, Any]) -> Any:
+        # litellm (1.110) hands OpenAI's client its default max_retries whatever is asked (`max_retries or
+        # DEFAULT`), so on that path the SDK may retry a 429/5xx itself inside one of the gateway's attempts.
         return await asyncio.wait_for(
             litellm.aembedding(model=spec.model, input=self.inputs, timeout=spec.timeout_s, num_retries=0, max_retries=0,
                               **kwargs),

@@ -80,6 +80,15 @@ def test_gateway_embed_returns_the_providers_vectors_and_is_cached(store, test_k
     assert rows[0]["dollars"] == pytest.approx(27 * PRICE) and rows[0]["model"] == MODEL
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")  # litellm's pydantic model expects floats, not base64
+def test_base64_vectors_are_read_exactly() -> None:
+    with LoopbackServer() as server:
+        gateway = Gateway()
+        result = asyncio.run(gateway.embed(spec_for(server, params={"encoding_format": "base64"}), TEXTS[:2]))
+        assert server.embedding_requests[0].body["encoding_format"] == "base64"
+        np.testing.assert_array_equal(result.vectors, np.array([embedding_vector(t) for t in TEXTS[:2]], "<f4"))
+
+
 def test_encoder_calls_appear_in_the_ledger_and_a_second_run_makes_no_call(store, tmp_path: Path) -> None:
     cache, ledger = store
     with LoopbackServer() as server:
