@@ -41,7 +41,7 @@ def main(argv: Sequence[str]) -> int:
 
     overrides, rest = split_overrides(argv)
     if not rest or rest[0] in ("-h", "--help"):
-        print(USAGE + "\n\n" + (__doc__ or "").split("\n\n", 1)[1].strip())
+        print(USAGE + "\n\n" + (__doc__ or "").split("\n\n", 1)[1].strip("\n"))
         return 0
     if rest[0] == "export":
         return export_main(rest[1:], overrides)
