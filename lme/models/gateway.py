@@ -1,4 +1,6 @@
-"""Every model call goes through `Gateway.complete`.
+"""Every model call goes through `Gateway.complete` (chat) or `Gateway.embed` (an embedding request, the
+same path: cache, limits, ledger and caps, retries; its vectors are cached as base64 float32). Synchronous
+callers (a retriever ranking in a worker thread) use `run_blocking`, the gateway's own event loop.
 
 It looks the request up in the call cache, limits the requests in flight per
 model (`ModelSpec.concurrency`) and, optionally, across every model
