@@ -532,9 +532,11 @@ def judge_lines(report: Report) -> list[str]:
     lines = []
     if official:
         names = sorted({name for d in report.designs if d.official for name, _ in d.judges})
+        models = {"longmemeval": "gpt-4o-2024-08-06, the official protocol",
+                  "longmemeval-study": "the gpt-4o alias, 16 tokens, exact yes/no: the reference study's protocol"}
+        described = [f"{name}: {models[name]}" if name in models else name for name in names]
         lines.append(
-            f"- Judge: the LongMemEval judge ({', '.join(names)}: gpt-4o-2024-08-06 with the official templates) "
-            f"for {', '.join(official)}."
+            f"- Judge: LongMemEval's official templates ({'; '.join(described)}) for {', '.join(official)}."
         )
     stand_ins: dict[str, list[str]] = {}
     for d in report.designs:

@@ -147,7 +147,7 @@ def test_markdown_shows_every_table_with_the_right_numbers(report):
 
 def test_official_judge_is_named_as_such():
     md = render_markdown(build_report([design("a", PLAIN, official=True)], n_resamples=200))
-    assert "the LongMemEval judge (longmemeval: gpt-4o-2024-08-06 with the official templates) for a" in md
+    assert "LongMemEval's official templates (longmemeval: gpt-4o-2024-08-06, the official protocol) for a" in md
     assert "NOT the LongMemEval judge" not in md
     assert "One design only: nothing to compare." in md
 
