@@ -311,8 +311,9 @@ class _Embedding(_Request[EmbeddingResult]):
         return CallBound(tokens, 0, None if prices is None else prices.dollars(tokens, 0))
 
     async def send(self, gateway: Gateway, litellm: Any, spec: ModelSpec, kwargs: dict[str, Any]) -> Any:
-        # litellm (1.110) hands OpenAI's client its default max_retries whatever is asked (`max_retries or
-        # DEFAULT`), so on that path the SDK may retry a 429/5xx itself inside one of the gateway's attempts.
+        # litellm 1.110's embedding path does not honour max_retries=0 (its OpenAI handler takes `max_retries or
+        # DEFAULT_MAX_RETRIES`; even a client built with max_retries=0 saw a 500 retried once), so a provider's
+        # 5xx may be retried inside one of the gateway's attempts: `attempts` counts the gateway's own.
         return await asyncio.wait_for(
             litellm.aembedding(model=spec.model, input=self.inputs, timeout=spec.timeout_s, num_retries=0, max_retries=0,
                               **kwargs),
