@@ -259,6 +259,7 @@ def _run_job(design: Design) -> dict[str, float]:
                                      "trace_cpu_ms_per_question": round(1000 * traces.cpu_s / traces.written, 2)})
         if tracker is not None:
             tracker.finish(status, failure)
+        gateway.close_background()  # the event loop of embedding API calls, if the retriever started one
         cache.close()
         ledger.close()
     if stop is not None:
