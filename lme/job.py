@@ -164,6 +164,9 @@ def _run_job(design: Design) -> dict[str, float]:
     from lme.retrieval.dense import attach_gateway
 
     attach_gateway(retriever, gateway)  # embedding API calls: this job's call cache, ledger and caps
+    from lme.memory.model_built import attach_gateway as attach_memory_gateway
+
+    attach_memory_gateway([builder, *views.values()], gateway)  # a model-built memory's calls: the same
 
     params = design.params()  # refuses a key-like value before any MLflow run exists
     dataset_name = design.dataset.name
@@ -223,6 +226,7 @@ def _run_job(design: Design) -> dict[str, float]:
                     questions, builder, reader, instruction, judge, gateway, seed, journal,
                     concurrency=design.concurrency, on_outcome=on_outcome, on_resume=on_resume, rules=rules,
                     views=views, on_record=traces.write if traces is not None else None,
+                    routes=design.instructions.routes,
                 )
             )
         finally:

@@ -367,6 +367,15 @@ def _vector(value: Any) -> Any:
     return np.asarray(value, dtype=np.float64).astype("<f4")
 
 
+async def _cancel_other_tasks() -> None:
+    """Cancel every other task of the running loop and wait for them to end."""
+    current = asyncio.current_task()
+    others = [task for task in asyncio.all_tasks() if task is not current]
+    for task in others:
+        task.cancel()
+    await asyncio.gather(*others, return_exceptions=True)
+
+
 async def _awaited(awaitable: Awaitable[T]) -> T:
     return await awaitable
 
@@ -539,6 +548,10 @@ class Gateway:
             background, self._background = self._background, None
         if background is not None:
             loop, thread = background
+            try:  # tasks litellm left on the loop (its logging worker) end now, not as "destroyed but pending"
+                asyncio.run_coroutine_threadsafe(_cancel_other_tasks(), loop).result(timeout=5)
+            except Exception:  # noqa: BLE001 - a loop that cannot take it is stopped all the same
+                pass
             loop.call_soon_threadsafe(loop.stop)
             thread.join(timeout=5)
             if not thread.is_alive():

@@ -8,7 +8,11 @@ paper's reader and NOT the LongMemEval judge, and are named so everywhere:
 - `lme-offline/lexical-judge` reads a filled judge prompt (labelled fields
   `Question:`, `Correct Answer:` / `Rubric:` / `Explanation:`, `Model Response:`)
   and says yes when the response holds the reference's content words (or, for
-  an abstention prompt, when the response declines).
+  an abstention prompt, when the response declines);
+- `lme-offline/note-taker` stands in for the small model of a model-built memory
+  (`lme.memory.model_built`): from the log lines of its input (`[s0001:2] ...`) it keeps, under their
+  session headings, the sentences in the first person, or, when the input opens with a
+  `Question: ...` line (a counting ledger), the sentences sharing a content word with the question.
 
 Token counts are estimates (characters / 4), and the calls cost nothing.
 """
@@ -24,7 +28,8 @@ from lme.text import content_words
 OFFLINE_PROVIDER = "lme-offline"
 READER_MODEL = f"{OFFLINE_PROVIDER}/extractive-reader"
 JUDGE_MODEL = f"{OFFLINE_PROVIDER}/lexical-judge"
-OFFLINE_MODELS: tuple[str, ...] = (READER_MODEL, JUDGE_MODEL)
+NOTE_MODEL = f"{OFFLINE_PROVIDER}/note-taker"
+OFFLINE_MODELS: tuple[str, ...] = (READER_MODEL, JUDGE_MODEL, NOTE_MODEL)
 
 DECLINE_ANSWER = "The memory does not contain enough information to answer this question."
 
@@ -62,6 +67,42 @@ def extractive_answer(question: str, memory: str, min_overlap: int = 2) -> str:
     if best is None or best_score < needed:
         return DECLINE_ANSWER
     return best
+
+
+_FIRST_PERSON = re.compile(r"\b(?:i|i'm|i've|i'd|my|me|mine|we|our|us)\b", re.IGNORECASE)
+_LOG_LINE = re.compile(r"^\[(s\d+:\d+)\](?: user:)?\s*(.*)$")
+
+
+def extract_notes(text: str) -> str:
+    """The note-taker's reply: kept sentences as `- [turn id] sentence` lines under their session headings
+    (lines starting with `#`); "No notes." when nothing is kept."""
+    lines = text.splitlines()
+    wanted: set[str] | None = None
+    if lines and lines[0].startswith("Question:"):
+        wanted = content_words(lines[0][len("Question:"):])
+    out: list[str] = []
+    heading: str | None = None
+    for line in lines:
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            heading = stripped
+            continue
+        match = _LOG_LINE.match(stripped)
+        if not match:
+            continue
+        turn_id, message = match.groups()
+        for sentence in _SENTENCE_END.split(message):
+            sentence = sentence.strip()
+            if not sentence:
+                continue
+            keep = (bool(wanted & content_words(sentence)) if wanted is not None
+                    else bool(_FIRST_PERSON.search(sentence)) and len(content_words(sentence)) >= 3)
+            if keep:
+                if heading is not None:
+                    out.append(heading)
+                    heading = None
+                out.append(f"- [{turn_id}] {sentence}")
+    return "\n".join(out) if out else "No notes."
 
 
 def _field(prompt: str, labels: tuple[str, ...]) -> tuple[str | None, str | None]:
@@ -110,7 +151,9 @@ def respond(model: str, messages: list[dict[str, Any]]) -> str:
             return extractive_answer(user_text, user_text)
     if name == JUDGE_MODEL.split("/", 1)[1]:
         return lexical_verdict(user_text)
-    raise ValueError(f"unknown offline model {model!r} (known: {READER_MODEL}, {JUDGE_MODEL})")
+    if name == NOTE_MODEL.split("/", 1)[1]:
+        return extract_notes(user_text)
+    raise ValueError(f"unknown offline model {model!r} (known: {', '.join(OFFLINE_MODELS)})")
 
 
 _registered = False
