@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import tempfile
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -41,7 +42,11 @@ import numpy as np
 from lme.data.records import Question
 from lme.errors import LmeError, first_line
 from lme.retrieval.base import Ranking
-from lme.retrieval.embedding_cache import CacheCounters, EmbeddingCache
+from lme.retrieval.embedding_cache import (
+    CacheCounters,
+    EmbeddingCache,
+    with_partial_rows,
+)
 
 BACKENDS: tuple[str, ...] = ("sentence-transformers", "litellm")
 REFERENCE_MODEL = "google/embeddinggemma-300m"
@@ -297,7 +302,10 @@ class LiteLLMEncoder:
         gateway = self._open_gateway()
         inputs = [prompt + text for text in texts]
         batches = [inputs[start : start + self.batch_size] for start in range(0, len(inputs), self.batch_size)]
-        results = gateway.run_blocking(self._embed_all(gateway, batches))
+        try:
+            results = gateway.run_blocking(self._embed_all(gateway, batches))
+        except _Stopped as stopped:  # a cap or a systemic failure: hand over the batches that were answered
+            raise with_partial_rows(stopped.error, self._rows(stopped.results)) from None
         for result in results:
             if result.cached:
                 self.calls_cached += 1
@@ -305,10 +313,10 @@ class LiteLLMEncoder:
                 self.attempts += result.attempts
         failed = next((result for result in results if not result.ok), None)
         if failed is not None:
-            raise LmeError(
+            raise with_partial_rows(LmeError(
                 f"embedding model {self.name}: the API call failed after {failed.attempts} attempt(s) "
                 f"({(failed.error or '')[:300]})."
-            )
+            ), self._rows(results))
         dims = {result.vectors.shape[1] for result in results}
         if len(dims) != 1:
             raise LmeError(f"embedding model {self.name}: the API returned vectors of sizes {sorted(dims)}.")
@@ -325,6 +333,15 @@ class LiteLLMEncoder:
             if opened.ledger is not None:
                 opened.ledger.close()
 
+    def _rows(self, results: list[Any]) -> dict[int, np.ndarray]:
+        """Unit vectors of the batches answered, by row in the texts encoded (for `with_partial_rows`)."""
+        rows: dict[int, np.ndarray] = {}
+        for number, result in enumerate(results):
+            if result is not None and result.ok:
+                for row, vector in enumerate(normalise_rows(result.vectors)):
+                    rows[number * self.batch_size + row] = vector
+        return rows
+
     async def _embed_all(self, gateway: Any, batches: list[list[str]]) -> list[Any]:
         """Every batch's result; the first exception (a cap, a systemic failure) once all have finished, so
         no request is left in flight and what was paid for is in the call cache."""
@@ -334,8 +351,18 @@ class LiteLLMEncoder:
                                         return_exceptions=True)
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
-                raise outcome
+                done = [None if isinstance(item, BaseException) else item for item in outcomes]
+                raise _Stopped(outcome, done)
         return list(outcomes)
+
+
+class _Stopped(Exception):
+    """A batch raised (a cap, a systemic failure): `error`, with every batch's result (None where it raised)."""
+
+    def __init__(self, error: BaseException, results: list[Any]) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.results = results
 
 
 def attach_gateway(retriever: Any, gateway: Any) -> None:
@@ -376,11 +403,27 @@ class DenseRetriever:
         progress: bool | None = None,
         concurrency: int = 4,
         input_cost_per_token: float | None = None,
+        runtime: str = "torch",
+        precision: str = "fp32",
     ) -> None:
-        if backend == "sentence-transformers":
-            self.encoder: SentenceTransformerEncoder | LiteLLMEncoder = SentenceTransformerEncoder(
+        from lme.retrieval.onnx_runtime import check_runtime
+
+        check_runtime(runtime, precision)
+        if backend == "sentence-transformers" and runtime != "torch":
+            from lme.retrieval.onnx_runtime import OnnxEncoder
+
+            source = SentenceTransformerEncoder(model, device="cpu", batch_size=batch_size, max_seq_length=max_seq_length)
+            root = (Path(str(cache_path)).expanduser().parent if cache_path not in (None, "")
+                    else Path(tempfile.gettempdir()) / "lme-embedding") / "onnx"
+            self.encoder: SentenceTransformerEncoder | LiteLLMEncoder | OnnxEncoder = OnnxEncoder(
+                source.load, source.model_id, runtime, precision, root, batch_size, max_seq_length)
+        elif backend == "sentence-transformers":
+            self.encoder = SentenceTransformerEncoder(
                 model, device=device, batch_size=batch_size, max_seq_length=max_seq_length
             )
+        elif backend == "litellm" and runtime != "torch":
+            raise LmeError(f"retriever {name}: embedding.backend={runtime} runs a local model; the litellm backend "
+                           f"calls an API (leave embedding.backend=torch).")
         elif backend == "litellm":
             self.encoder = LiteLLMEncoder(
                 model, api_base=api_base, api_key_env=api_key_env, batch_size=batch_size,

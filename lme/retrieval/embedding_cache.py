@@ -16,7 +16,9 @@ the whole list), stores each chunk as it completes (a killed job keeps what it
 paid for) and returns one row per input text; `ensure` does the same without
 reading any vector back, to warm the cache for a whole dataset. The counters
 `hits` and `encoded` count distinct texts found and encoded since the cache
-was opened (or `reset_counters`); `requested` counts texts asked for.
+was opened (or `reset_counters`); `requested` counts texts asked for. An encoder
+that fails mid-chunk may hand over the rows it finished (`with_partial_rows`):
+they are stored before its exception goes on.
 
 Encoding shows progress through `lme.progress` (texts encoded, texts/s, ETA):
 a tqdm bar on a terminal, a line every 30 s otherwise, nothing when
@@ -76,6 +78,22 @@ class KeyMaker:
 def embedding_key(model_id: str, prompt: str, text: str) -> str:
     """The content address of `text` encoded by `model_id` with `prompt` (SHA-256, hex)."""
     return KeyMaker(model_id, prompt)(text)
+
+
+_PARTIAL = "lme_partial_rows"
+
+
+def with_partial_rows(exc: BaseException, rows: dict[int, np.ndarray]) -> BaseException:
+    """`exc`, carrying the vectors an encoder finished before it failed (row in the texts it was given ->
+    vector), so the cache stores them before the exception goes on (`EmbeddingCache.embed`): an API encoder
+    stopped by a spending cap keeps the batches it paid for."""
+    setattr(exc, _PARTIAL, rows)
+    return exc
+
+
+def partial_rows(exc: BaseException) -> dict[int, np.ndarray]:
+    rows = getattr(exc, _PARTIAL, None)
+    return rows if isinstance(rows, dict) else {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,7 +301,19 @@ class EmbeddingCache:
             pending: Future[None] | None = None
             for start in range(0, len(missing), chunk_texts):
                 chunk = missing[start : start + chunk_texts]
-                encoded = np.asarray(encode([distinct[key] for key in chunk]), dtype=np.float32)
+                try:
+                    encoded = np.asarray(encode([distinct[key] for key in chunk]), dtype=np.float32)
+                except BaseException as exc:  # a cap or a failure mid-chunk: keep the rows the encoder finished
+                    done = [(chunk[row], np.asarray(vector, dtype=np.float32))
+                            for row, vector in sorted(partial_rows(exc).items()) if 0 <= row < len(chunk)]
+                    if done:
+                        if pending is not None:
+                            pending.result()
+                            pending = None
+                        self.store(model_id, done)
+                        self._count(encoded=len(done))
+                        bar.update(len(done))
+                    raise
                 if encoded.ndim != 2 or encoded.shape[0] != len(chunk):
                     raise LmeError(
                         f"embedding model {model_id}: the encoder returned shape {encoded.shape} "

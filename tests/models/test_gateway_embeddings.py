@@ -190,17 +190,17 @@ def test_lme_embed_with_an_api_stops_at_a_call_cap_with_what_was_stored_kept(
         out, err = capsys.readouterr()
         assert "call cap of 3 is reached" in err and "rerun the same command" in err
         assert len(server.embedding_requests) == 3
+        assert "0 already cached, 6 encoded" in out  # the three batches answered before the cap are stored
         ledger = Ledger(tmp_path / "cache" / "ledger.sqlite")
         rows = ledger.rows()
         assert len(rows) == 3 and {row["job"] for row in rows} == {"embed"}
         assert {row["status"] for row in rows} == {"paid"} and sum(row["input_tokens"] for row in rows) > 0
         ledger.close()
 
-        # the same command without the cap finishes the job; what the capped run paid for comes from the
-        # call cache: each distinct text is sent once over both runs
+        # the same command without the cap finishes the job from there: each distinct text is sent once
         assert run_subcommand("embed", args[:-1]) == 0
         out = capsys.readouterr().out
-        assert "42 texts requested, 13 distinct; 0 already cached, 13 encoded" in out
+        assert "42 texts requested, 13 distinct; 6 already cached, 7 encoded" in out
         sent = [text for request in server.embedding_requests for text in request.body["input"]]
         assert len(sent) == len(set(sent)) == 13
         assert run_subcommand("embed", args[:-1]) == 0  # a third run: all cached, no request

@@ -373,7 +373,7 @@ def test_api_failure_is_one_clear_error_without_the_key(test_key, tmp_path: Path
         with pytest.raises(LmeError, match="model openai/test-embedding: BadRequestError") as failure:
             dense.rank(make_question(QUESTION, HISTORY), 3)
         assert test_key not in str(failure.value)
-        assert len(dense.cache) == 0
+        assert len(dense.cache) <= 8  # of 10 turns in batches of 4: at most those answered before the refusal
 
 
 def test_api_key_variable_must_be_set(embeddings_server, monkeypatch, tmp_path: Path) -> None:
