@@ -15,7 +15,7 @@ to stderr: a bar on a terminal, a line every 30 s otherwise, none with `progress
 
 An embedding API (`retriever.backend=litellm`) is called through the gateway: the call cache
 `<cache_dir>/calls.sqlite`, the ledger (`budget.ledger_path`, job `budget.job` or `embed`) and the
-budget's caps; at a cap it stops (exit 3) with what was stored kept.
+budget's caps; at a cap it stops (exit 3), every batch already answered stored.
 
 Prints, per semantic retriever: texts requested and distinct, already cached, encoded, seconds, texts/s.
 """
