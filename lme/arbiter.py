@@ -9,6 +9,11 @@ lower-cased, punctuation and spacing ignored; a missing answer is the empty
 text), never from verdicts, which would need the reference answer; like every
 rule, the arbiter never sees the question type or the reference answer.
 
+The same stage, configured (`lme.design.ArbiterSpec`), is any cross-run re-read on chosen questions:
+`select` (a question-text rule) narrows the disagreeing questions (designs 13 and 15: counting
+questions), `show_earlier=False` leaves the runs' answers out of the request, and the memory read may
+be a model-built one (a counting ledger, `lme.memory.model_built`), whose calls carry no seed.
+
 The arbitrated answer replaces every run's answer to that question; a failed
 arbiter call keeps each run's own answer. `arbiter_step` turns the outcomes
 into a row of the per-step table (`lme.measures.StepMeasures` fields), counted
@@ -20,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -65,6 +70,8 @@ class ArbiterOutcome:
     correct: bool | None  # the verdict on `answer`; None when there is none
     reader: CallStats = field(default_factory=CallStats)
     judge: CallStats = field(default_factory=CallStats)
+    memory_call: str | None = None  # a model-built memory's call: paid | cached | failed (None: no model call)
+    memory_cost_usd: float = 0.0  # that call's dollars at list price
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), ensure_ascii=False, sort_keys=True)
@@ -79,19 +86,23 @@ async def arbitrate_question(
     judge: Judge | None,
     gateway: Gateway,
     seed: int,
+    select: Callable[[str], bool] | None = None,
+    show_earlier: bool = True,
 ) -> ArbiterOutcome:
+    """`select` (given the question text) narrows the disagreeing questions; `show_earlier` lists the runs'
+    answers in the request."""
     base = {
         "question_id": question.question_id,
         "question_type": question.question_type,
         "abstention": question.is_abstention,
         "earlier_answers": tuple(answers),
     }
-    if not disagree(answers):
+    if not disagree(answers) or (select is not None and not select(question.question)):
         return ArbiterOutcome(**base, chosen=False, reread=False, failed=False, error=None, answer=None, correct=None)
     memory = await asyncio.to_thread(builder.build, question)
     messages = build_reader_messages(
-        instruction, question, memory, reader.instruction_role, extra={"earlier_answers": earlier_answers(answers)},
-        payload=reader.payload,
+        instruction, question, memory, reader.instruction_role,
+        extra={"earlier_answers": earlier_answers(answers)} if show_earlier else None, payload=reader.payload,
     )
     call = await gateway.complete(reader.model, messages, seed=seed)
     answer, error = answer_of(call)
@@ -100,6 +111,7 @@ async def arbitrate_question(
         **base, chosen=True, reread=True, failed=error is not None, error=error, answer=answer,
         correct=verdict.correct if verdict else None,
         reader=CallStats.of(call), judge=CallStats.of(verdict.call if verdict else None),
+        memory_call=memory.notes.get("model_call"), memory_cost_usd=float(memory.notes.get("model_cost_usd") or 0.0),
     )
 
 
@@ -113,6 +125,8 @@ async def arbitrate(
     gateway: Gateway,
     seed: int,
     concurrency: int = 8,
+    select: Callable[[str], bool] | None = None,
+    show_earlier: bool = True,
 ) -> list[ArbiterOutcome]:
     """`arbitrate_question` for every question in `answers` (question id -> each run's final answer)."""
     slots = asyncio.Semaphore(max(1, concurrency))
@@ -120,7 +134,8 @@ async def arbitrate(
     async def one(question: Question) -> ArbiterOutcome:
         async with slots:
             return await arbitrate_question(
-                question, answers[question.question_id], builder, reader, instruction, judge, gateway, seed
+                question, answers[question.question_id], builder, reader, instruction, judge, gateway, seed,
+                select=select, show_earlier=show_earlier,
             )
 
     return list(await asyncio.gather(*(one(q) for q in questions if q.question_id in answers)))
@@ -134,9 +149,11 @@ def final_answers(runs: Sequence[Sequence[Mapping[str, Any]]]) -> dict[str, list
 
 
 def arbiter_step(
-    runs: Sequence[Sequence[Mapping[str, Any]]], outcomes: Sequence[ArbiterOutcome], index: int, view: str
+    runs: Sequence[Sequence[Mapping[str, Any]]], outcomes: Sequence[ArbiterOutcome], index: int, view: str,
+    name: str = ARBITER,
 ) -> dict[str, Any]:
-    """The arbiter's row of the per-step table (the fields of `lme.measures.StepMeasures`)."""
+    """The arbiter's (or another cross-run stage's, `name`) row of the per-step table (the fields of
+    `lme.measures.StepMeasures`)."""
     by_run = [{str(row["question_id"]): bool(row.get("correct")) for row in rows} for rows in runs]
     ids = list(dict.fromkeys(qid for rows in by_run for qid in rows))
     replaced = {o.question_id: bool(o.correct) for o in outcomes if o.answer is not None}
@@ -148,8 +165,8 @@ def arbiter_step(
     chosen = [o for o in outcomes if o.chosen]
     return {
         "index": index,
-        "rule": ARBITER,
-        "label": ARBITER,
+        "rule": name,
+        "label": name,
         "view": view,
         "questions_chosen": len(chosen),
         "chosen": k * len(chosen),

@@ -175,11 +175,18 @@ class Instructions:
 
 @dataclass(frozen=True)
 class ArbiterSpec:
-    """The arbiter stage of a multirun (+design=pipeline_arbiter): its view and instruction."""
+    """A cross-run stage of a multirun on the questions whose runs disagree (+design=pipeline_arbiter): its
+    view and instruction; optionally its name (its step, metrics and artifacts), a question rule that narrows
+    the questions (`select`: counting questions), whether the request lists the runs' answers
+    (`earlier_answers`), and a memory of its own (`memory`: a model-built ledger) read instead of `view`."""
 
     view: str
     paragraphs: tuple[str, ...]
     instruction: str
+    name: str = "arbiter"
+    select: Any = None  # an `lme.answer.rules.Rule` on the question text, or None
+    earlier_answers: bool = True
+    memory: Component | None = None
 
 
 @dataclass(frozen=True)
@@ -552,11 +559,34 @@ def arbiter_spec(node: Any, instructions: Instructions, view: Component | None) 
     if node is None:
         return None
     node = node if isinstance(node, Mapping) else {}
-    name = str(node.get("view", FIRST_PASS_VIEW))
-    if name not in known_views(view):
+    memory = node.get("memory")
+    if memory is not None and not (isinstance(memory, Mapping) and memory.get("_target_")):
+        raise LmeError("arbiter.memory: expected a memory node with a `_target_` (e.g. a model-built ledger), or null.")
+    stage_memory = Component("arbiter.memory", frozen(memory)) if memory is not None else None
+    name = stage_memory.name if stage_memory is not None else str(node.get("view", FIRST_PASS_VIEW))
+    if stage_memory is None and name not in known_views(view):
         raise LmeError(f"arbiter.view: {name!r} is not a view (known: {', '.join(known_views(view))}).")
     paragraphs = tuple(str(item) for item in node.get("paragraphs") or [])
-    return ArbiterSpec(view=name, paragraphs=paragraphs, instruction=instructions.compose(paragraphs))
+    for index, paragraph in enumerate(paragraphs):
+        if paragraph not in instructions.paragraphs:
+            raise LmeError(f"arbiter.paragraphs[{index}]: {paragraph!r} is not defined in instructions.paragraphs.")
+    stage = str(node.get("name") or "arbiter")
+    if stage != "arbiter" and not stage.isidentifier():
+        raise LmeError(f"arbiter.name: {stage!r} is not a name (a letter, then letters, digits or _).")
+    from lme.answer.rules import Rule
+
+    select = node.get("select")
+    rule = None
+    if select is not None:
+        if not isinstance(select, Mapping) or set(select) - {"on", "patterns", "exclude"}:
+            raise LmeError("arbiter.select: expected a question rule, a mapping with keys on, patterns, exclude.")
+        rule = Rule(name=f"{stage}_select", on=str(select.get("on", "question")),
+                    patterns=tuple(str(p) for p in select.get("patterns") or ()),
+                    exclude=tuple(str(p) for p in select.get("exclude") or ()))
+        if rule.on != "question":
+            raise LmeError("arbiter.select.on: a cross-run stage selects on the question text only (on: question).")
+    return ArbiterSpec(view=name, paragraphs=paragraphs, instruction=instructions.compose(paragraphs), name=stage,
+                       select=rule, earlier_answers=bool(node.get("earlier_answers", True)), memory=stage_memory)
 
 
 def check_paragraphs(instructions: Instructions, memory: Component, view: Component | None,
@@ -570,7 +600,10 @@ def check_paragraphs(instructions: Instructions, memory: Component, view: Compon
     steps = [(FIRST_PASS, memory, instructions.first_pass_paragraphs)]
     steps += [(step.rule.name, reads.get(step.rule.view, memory), step.rule.paragraphs) for step in instructions.rules]
     if arbiter is not None:
-        steps.append(("arbiter", reads.get(arbiter.view, memory), arbiter.paragraphs))
+        stage_reads = arbiter.memory if arbiter.memory is not None else reads.get(arbiter.view, memory)
+        if arbiter.memory is not None:
+            targets.append(arbiter.memory.target)
+        steps.append((arbiter.name, stage_reads, arbiter.paragraphs))
     for step, component, paragraphs in steps:
         others = [target for target in targets if target != component.target]
         problem = paragraph_mismatch(step, component.name, component.target, list(paragraphs), others)

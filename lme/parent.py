@@ -58,29 +58,43 @@ def run_arbiter(
     keyed by the lowest seed of the runs."""
     from lme.arbiter import arbiter_step, arbitrate, final_answers
 
+    from lme.memory.model_built import attach_gateway
+
     spec = design.arbiter
     assert spec is not None
     view, instruction = spec.view, spec.instruction
     answers = final_answers(runs)
     _, questions = load_dataset(design.dataset)
     retriever = design.build_retriever()
-    builder = design.build_memory(retriever) if view == FIRST_PASS_VIEW else design.build_view(retriever)
+    if spec.memory is not None:  # the stage's own memory (a model-built ledger)
+        builder = spec.memory.build(retriever=retriever)
+    else:
+        builder = design.build_memory(retriever) if view == FIRST_PASS_VIEW else design.build_view(retriever)
     numeric = [int(seed) for seed in seeds if _seed_order(seed)[0] == 0]
     seed = min(numeric) if numeric else design.seed
     cache = CallCache(design.cache_dir / "calls.sqlite")
-    ledger = open_ledger(design, f"arbiter:{design.name}")
+    ledger = open_ledger(design, f"arbiter:{design.name}")  # every cross-run stage's calls: `lme cost` counts them
+    gateway = open_gateway(design, cache, ledger)
+    attach_gateway([builder], gateway)
+    select = spec.select
     try:
         outcomes = asyncio.run(arbitrate(
             questions, answers, builder, design.reader.build(), instruction, design.judge.build(),
-            open_gateway(design, cache, ledger), seed, concurrency=design.concurrency,
+            gateway, seed, concurrency=design.concurrency,
+            select=(lambda text: select.fires(text, None)) if select is not None else None,
+            show_earlier=spec.earlier_answers,
         ))
     finally:
+        gateway.close_background()
         cache.close()
         ledger.close()
-    row = arbiter_step(runs, outcomes, index, view)
-    metrics = {f"arbiter.{key}": float(row[key]) for key in (
+    row = arbiter_step(runs, outcomes, index, view, spec.name)
+    metrics = {f"{spec.name}.{key}": float(row[key]) for key in (
         "questions_chosen", "failed", "mean_accuracy", "majority_count", "majority_accuracy", "fixed", "broken",
         "reader_calls", "reader_cost_usd", "judge_cost_usd")}
+    if spec.memory is not None:
+        metrics[f"{spec.name}.memory_model_cost_usd"] = sum(o.memory_cost_usd for o in outcomes)
+        metrics[f"{spec.name}.memory_model_calls_paid"] = float(sum(o.memory_call == "paid" for o in outcomes))
     return outcomes, row, metrics, instruction
 
 
@@ -108,13 +122,15 @@ def after_multirun(design: Design, parent: JobRun, settings: TrackingSettings) -
                           file=sys.stderr, flush=True)
                 else:
                     outcomes, row, metrics, instruction = run_arbiter(design, runs, seeds, len(table))
+                    stage = design.arbiter.name
                     table.append(row)
                     parent.log_metrics(metrics)
-                    parent.log_params({"instruction.arbiter.sha256": sha256_text(instruction)})
-                    parent.log_text(instruction + "\n", "instructions/arbiter.txt")
-                    parent.log_text("".join(o.to_json() + "\n" for o in outcomes), "arbiter/outcomes.jsonl")
-                    print(f"arbiter, design {name}: {row['questions_chosen']} of {len(outcomes)} questions "
-                          f"disagreed across {len(runs)} runs, {row['failed'] // len(runs)} arbiter calls failed; "
+                    parent.log_params({f"instruction.{stage}.sha256": sha256_text(instruction)})
+                    parent.log_text(instruction + "\n", f"instructions/{stage}.txt")
+                    parent.log_text("".join(o.to_json() + "\n" for o in outcomes), f"{stage}/outcomes.jsonl")
+                    chosen = "disagreed" if design.arbiter.select is None else "disagreed and were selected"
+                    print(f"{stage}, design {name}: {row['questions_chosen']} of {len(outcomes)} questions "
+                          f"{chosen} across {len(runs)} runs, {row['failed'] // len(runs)} {stage} calls failed; "
                           f"answers fixed {row['fixed']}, broken {row['broken']}, mean of runs after "
                           f"{row['mean_accuracy']:.3f}; MLflow parent run {parent.run_id}", flush=True)
             report["designs"][name] = {"seeds": seeds, "n_runs": len(runs), "steps": table}

@@ -159,7 +159,11 @@ class ModelBuiltMemoryBuilder:
             if not self.model.is_offline:
                 raise LmeError(f"memory {self.name}: it calls {self.model.model}, which needs a job's gateway "
                                "(its cache, ledger and caps); run the design instead.")
-            gateway = Gateway()  # an offline stand-in costs nothing: no cache or ledger needed
+            own = Gateway()  # an offline stand-in costs nothing: no cache or ledger needed
+            try:
+                return own.run_blocking(own.complete(self.model, messages, seed=None))
+            finally:
+                own.close_background()
         # no seed: the key is the model, its parameters and the messages, shared by every seed and rerun
         return gateway.run_blocking(gateway.complete(self.model, messages, seed=None))
 
