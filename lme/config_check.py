@@ -407,9 +407,11 @@ def _layouts() -> tuple[str, ...]:
 
 
 def _overflow_policies() -> tuple[str, ...]:
-    from lme.memory.user_log import OVERFLOW_POLICIES
+    """Every memory builder's overflow policies (each builder refuses another's in one sentence)."""
+    from lme.memory.full_history import OVERFLOW_POLICIES as FULL_HISTORY
+    from lme.memory.user_log import OVERFLOW_POLICIES as USER_LOG
 
-    return OVERFLOW_POLICIES
+    return tuple(dict.fromkeys((*USER_LOG, *FULL_HISTORY)))
 
 
 def _rules(cfg: DictConfig) -> list[tuple[re.Pattern[str], Check]]:

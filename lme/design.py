@@ -26,7 +26,7 @@ from types import MappingProxyType
 from typing import Any
 
 from lme.answer.reader import Reader, compose_instruction
-from lme.answer.rules import FIRST_PASS_VIEW, RuleStep, parse_rules
+from lme.answer.rules import FIRST_PASS_VIEW, RuleStep, parse_routes, parse_rules, route_instruction
 from lme.data.dataset import DatasetSpec
 from lme.data.select import Selection
 from lme.errors import LmeError, first_line
@@ -164,10 +164,15 @@ class Instructions:
     first_pass: str
     first_pass_paragraphs: tuple[str, ...]
     rules: tuple[RuleStep, ...]  # the rules in order, each with its instruction
-    texts: Mapping[str, str]  # step name -> instruction (the first pass and each rule)
+    texts: Mapping[str, str]  # step name -> instruction (the first pass, each rule and each route)
+    routes: tuple[RuleStep, ...] = ()  # `rules.routes`: question rules that choose the first pass's instruction
 
     def compose(self, names: Sequence[str]) -> str:
         return compose_instruction(self.base, self.paragraphs, names)
+
+    def first_pass_for(self, question: str) -> str:
+        """The first pass's instruction for this question text: the first route that fires, else `first_pass`."""
+        return route_instruction(self.routes, question, self.first_pass)
 
     def sha256s(self) -> dict[str, str]:
         return {name: sha256_text(text) for name, text in self.texts.items()}
@@ -268,7 +273,8 @@ class Design:
         return {
             "design": self.name,
             "design.sha256": self.config_sha256,
-            **{f"choice.{group}": option for group, option in sorted(self.choices.items())},
+            # a group placed by a package (`notes_model@arbiter.memory.model`): MLflow refuses "@" in a key
+            **{f"choice.{group.replace('@', ':')}": option for group, option in sorted(self.choices.items())},
             **params_from_config(plain(changed)),
             "reader.model": str(self.reader.model.node.get("model", "")),
             "judge.model": str(self.judge.model.node.get("model", "")),
@@ -339,7 +345,7 @@ def _design(cfg: Any, container: dict[str, Any]) -> Design:
         from lme.answer.study_instructions import check_study_steps
 
         steps = {FIRST_PASS: instructions.first_pass_paragraphs,
-                 **{step.rule.name: step.rule.paragraphs for step in instructions.rules}}
+                 **{step.rule.name: step.rule.paragraphs for step in (*instructions.rules, *instructions.routes)}}
         check_study_steps(source, steps, instructions.texts)
     memory = Component("memory", frozen(container.get("memory") or {}))
     arbiter = arbiter_spec(container.get("arbiter"), instructions, view)
@@ -545,14 +551,20 @@ def compose_instructions(instructions: Mapping[str, Any], rules: Any, view: Comp
     names = tuple(str(name) for name in instructions.get("first_pass") or [])
     first_pass = compose_instruction(base, paragraphs, names)
     parsed = parse_rules(rules, paragraphs, known_views(view))  # type: ignore[arg-type]
+    routed = parse_routes(rules, paragraphs, known_views(view))  # type: ignore[arg-type]
     texts = {FIRST_PASS: first_pass}
-    steps = []
+    steps, routes = [], []
     for rule in parsed:
         text = compose_instruction(base, paragraphs, rule.paragraphs)
         texts.setdefault(rule.name, text)
         steps.append(RuleStep(rule, text))
+    for rule in routed:  # a route's instruction is its rule's, as a re-read of that rule would send it
+        text = compose_instruction(base, paragraphs, rule.paragraphs)
+        texts.setdefault(rule.name, text)
+        routes.append(RuleStep(rule, text))
     return Instructions(base=base, paragraphs=MappingProxyType(paragraphs), first_pass=first_pass,
-                        first_pass_paragraphs=names, rules=tuple(steps), texts=MappingProxyType(texts))
+                        first_pass_paragraphs=names, rules=tuple(steps), texts=MappingProxyType(texts),
+                        routes=tuple(routes))
 
 
 def arbiter_spec(node: Any, instructions: Instructions, view: Component | None) -> ArbiterSpec | None:
@@ -598,7 +610,8 @@ def check_paragraphs(instructions: Instructions, memory: Component, view: Compon
     targets = [*LME_BUILDERS, *(c.target for c in (memory, view) if c is not None and c.target)]
     reads = {FIRST_PASS_VIEW: memory, **({view.name: view} if view is not None else {})}
     steps = [(FIRST_PASS, memory, instructions.first_pass_paragraphs)]
-    steps += [(step.rule.name, reads.get(step.rule.view, memory), step.rule.paragraphs) for step in instructions.rules]
+    steps += [(step.rule.name, reads.get(step.rule.view, memory), step.rule.paragraphs)
+              for step in (*instructions.rules, *instructions.routes)]
     if arbiter is not None:
         stage_reads = arbiter.memory if arbiter.memory is not None else reads.get(arbiter.view, memory)
         if arbiter.memory is not None:

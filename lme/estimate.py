@@ -193,7 +193,7 @@ def estimate_design(design: Design, seeds: Sequence[int], progress: bool = False
     retriever = design.build_retriever()
     builder = design.build_memory(retriever)
     reader = design.reader.build()
-    instruction, rules = design.instructions.first_pass, design.instructions.rules
+    rules = design.instructions.rules
     views = {FIRST_PASS_VIEW: builder, **design.build_views(retriever)}
     notes: list[str] = []
     try:
@@ -225,7 +225,8 @@ def estimate_design(design: Design, seeds: Sequence[int], progress: bool = False
             keys = {seed: call_key(spec.model, messages, spec.params, seed) for seed in seeds}
             return ReadCost(step, certain, count_input_tokens(spec.model, messages), keys)
 
-        question_reads = [read_cost("first_pass", FIRST_PASS_VIEW, instruction, True)]
+        first = design.instructions.first_pass_for(question.question)  # a routed first pass: its route's instruction
+        question_reads = [read_cost("first_pass", FIRST_PASS_VIEW, first, True)]
         for step in rules:
             rule = step.rule
             if rule.on == "question":

@@ -89,6 +89,8 @@ def text_digests(design: Mapping[str, Any]) -> dict[str, str]:
     if isinstance(rules, Mapping):
         if "order" in rules:
             digests["rules.order"] = sha256_json(rules["order"])
+        if rules.get("routes") is not None:  # routed instructions: the question rules choosing the first pass's
+            digests["rules.routes"] = sha256_json(rules["routes"])
         definitions = rules.get("definitions") or {}
         for name, definition in definitions.items():
             digests[f"rules.definitions.{name}"] = sha256_json(definition)

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from lme.answer.reader import Reader, build_reader_messages
-from lme.answer.rules import FIRST_PASS_VIEW, RuleStep
+from lme.answer.rules import FIRST_PASS_VIEW, RuleStep, route_instruction
 from lme.data.records import Question
 from lme.errors import LmeError
 from lme.hashing import sha256_text
@@ -334,12 +334,15 @@ async def answer_question(
     rules: Sequence[RuleStep] = (),
     views: Mapping[str, MemoryBuilder] | None = None,
     record: QuestionRecord | None = None,
+    routes: Sequence[RuleStep] = (),
 ) -> Outcome:
     """The first pass, then each rule in order (see the module docstring).
 
     `views` maps a rule's view name to its memory builder; `builder` is the
     first-pass memory (view "first_pass"). `record`, when given, receives every
-    memory built and every reader and judge call, with their times.
+    memory built and every reader and judge call, with their times. `routes`
+    (`rules.routes`): the first whose trigger fires on the question text gives
+    the first pass its instruction instead of `instruction`, in the same one read.
     """
     started = time.perf_counter()
     if record is not None:
@@ -383,6 +386,7 @@ async def answer_question(
             record.verdicts.append(JudgeEvent(step, answer, verdict, begun, time.time_ns()))
         return verdict, CallStats.of(verdict.call)
 
+    instruction = route_instruction(routes, question.question, instruction)  # the question text only
     call = await read(FIRST_PASS, FIRST_PASS_VIEW, instruction)
     answer, error = answer_of(call)
     verdict, judge_stats = await verdict_on(answer, FIRST_PASS)
@@ -451,10 +455,12 @@ async def run_questions(
     rules: Sequence[RuleStep] = (),
     views: Mapping[str, MemoryBuilder] | None = None,
     on_record: Callable[[Question, Outcome, QuestionRecord], None] | None = None,
+    routes: Sequence[RuleStep] = (),
 ) -> list[Outcome]:
     """Answer every question not yet in the journal; return all outcomes in question order.
 
-    `rules` (in order) and `views` are the re-reads (see `answer_question`). `on_record`, when given, gets
+    `rules` (in order) and `views` are the re-reads, `routes` the first pass's routed instructions (see
+    `answer_question`). `on_record`, when given, gets
     each answered question's `QuestionRecord` (its trace) once its outcome is journaled.
 
     `questions` may be a lazy stream (LongMemEval-M): at most `concurrency`
@@ -479,7 +485,7 @@ async def run_questions(
         nonlocal finished
         record = QuestionRecord() if on_record is not None else None
         outcome = await answer_question(question, builder, reader, instruction, judge, gateway, seed, rules, views,
-                                        record)
+                                        record, routes)
         await asyncio.to_thread(journal.append, outcome)  # its fsync off the event loop
         if on_record is not None and record is not None:
             on_record(question, outcome, record)

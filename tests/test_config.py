@@ -19,7 +19,9 @@ GROUPS = sorted(p.name for p in CONF.iterdir() if p.is_dir() and p.name != "hydr
 
 
 def _options(group: str) -> list[str]:
-    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+    """A group's options; for `design`, also those in its subfolders (`study/01_user_log_bm25`)."""
+    found = (CONF / group).rglob("*.yaml") if group == "design" else (CONF / group).glob("*.yaml")
+    return sorted(p.relative_to(CONF / group).with_suffix("").as_posix() for p in found)
 
 
 def _compose(overrides: list[str]):
@@ -66,8 +68,8 @@ def test_config_composes_and_instantiates(group, option, tmp_path):
         assert cfg.instructions.first_pass  # on composing a design (tests/test_study_instructions.py)
     else:
         assert compose_instruction(cfg.instructions.base, cfg.instructions.paragraphs, cfg.instructions.first_pass)
-    if group == "design":
-        assert cfg.design_name == option
+    if group == "design":  # a design in a subfolder is named after its path: study/01_x -> study_01_x
+        assert cfg.design_name == option.replace("/", "_")
 
 
 def test_setup_paper_selects_the_reference_models(tmp_path):

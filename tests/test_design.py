@@ -18,16 +18,18 @@ from lme.design import Design, canonical_design, compose_design, design_from_con
 from lme.errors import LmeError
 from lme.hashing import sha256_json, sha256_text
 
-SHIPPED = sorted(path.stem for path in (CONF_DIR / "design").glob("*.yaml"))
+SHIPPED = sorted(path.relative_to(CONF_DIR / "design").with_suffix("").as_posix()
+                 for path in (CONF_DIR / "design").rglob("*.yaml"))  # with the study's, design/study/*.yaml
 
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_every_shipped_design_composes_into_a_design(name):
     design = compose_design([f"+design={name}"], check=True)
-    assert isinstance(design, Design) and design.name == name
+    assert isinstance(design, Design) and design.name == name.replace("/", "_")
     assert design.config_sha256 == sha256_json(canonical_design(plain(design.config)))
-    assert set(design.instructions.texts) == {"first_pass", *(step.rule.name for step in design.instructions.rules)}
-    for step in design.instructions.rules:  # each rule's instruction is base + its paragraphs, as listed
+    assert set(design.instructions.texts) == {"first_pass", *(step.rule.name for step in design.instructions.rules),
+                                              *(step.rule.name for step in design.instructions.routes)}
+    for step in (*design.instructions.rules, *design.instructions.routes):  # base + its paragraphs, as listed
         assert step.instruction == design.instructions.compose(step.rule.paragraphs)
         assert design.instructions.texts[step.rule.name] == step.instruction  # a repeated rule is the same rule
     assert design.instructions.sha256s()["first_pass"] == sha256_text(design.instructions.first_pass)

@@ -11,6 +11,14 @@ A rule is configuration (`rules.definitions.NAME` in the `rules` config group):
 `rules.order` lists rule names in the order they run; a name may repeat (the
 reference pipeline runs `decline` twice).
 
+`rules.routes` (optional) lists rule names that route the first pass instead of
+re-reading: the first of them whose trigger fires on the question text chooses
+the first pass's instruction (base + that rule's paragraphs), in the same one
+read; a question no route fires on gets `instructions.first_pass`. A route is a
+question rule over the first-pass memory (`on: question`, `view: first_pass`);
+the same definition may also be a re-read in `order` (`parse_routes`,
+`choose_route`).
+
 Matching (`Rule.fires`), case-insensitive, over text whose apostrophes (’ ‘ ʼ ` ´)
 are folded to ' and whose runs of white space are folded to one space:
 
@@ -162,6 +170,59 @@ def parse_rules(
                 f"(defined: {', '.join(parsed) or 'none'})."
             )
     return tuple(parsed[name] for name in order)
+
+
+def parse_routes(
+    rules: Mapping[str, Any] | None, paragraphs: Collection[str], views: Collection[str]
+) -> tuple[Rule, ...]:
+    """The `rules.routes` list -> its rules in order: each a defined question rule over the first-pass
+    memory, named once."""
+    if not rules or rules.get("routes") is None:
+        return ()
+    names = _strings(rules.get("routes"), "rules.routes")
+    definitions = rules.get("definitions") or {}
+    if not isinstance(definitions, Mapping):
+        raise LmeError("rules.definitions: expected a mapping from rule name to rule.")
+    routes = []
+    for index, name in enumerate(names):
+        where = f"rules.routes[{index}]"
+        if name not in definitions:
+            raise LmeError(f"{where}: rule {name!r} is not defined in rules.definitions "
+                           f"(defined: {', '.join(map(str, definitions)) or 'none'}).")
+        if name in names[:index]:
+            raise LmeError(f"{where}: rule {name!r} is listed twice; a route is tried once, in order.")
+        rule = parse_rule(name, definitions[name], paragraphs, views)
+        if rule.on != "question":
+            raise LmeError(f"{where}: rule {name!r} reads the {rule.on}; a route chooses the first pass's "
+                           "instruction before there is an answer, so it must be `on: question`.")
+        if rule.view != FIRST_PASS_VIEW:
+            raise LmeError(f"{where}: rule {name!r} reads view {rule.view!r}; a route only chooses the first "
+                           f"pass's instruction, over the first-pass memory (view {FIRST_PASS_VIEW!r}).")
+        routes.append(rule)
+    return tuple(routes)
+
+
+def choose_route(routes: Sequence[Rule], question: str) -> Rule | None:
+    """The first route whose trigger fires on the question text; None when none does."""
+    return next((rule for rule in routes if rule.fires(question, None)), None)
+
+
+def route_instruction(routes: Sequence[RuleStep], question: str, default: str) -> str:
+    """The first pass's instruction for this question text: that of the first route that fires (`routes`:
+    each route with its composed instruction), else `default`."""
+    rule = choose_route([step.rule for step in routes], question)
+    return default if rule is None else next(step.instruction for step in routes if step.rule is rule)
+
+
+def select_routes(routes: Sequence[Rule], questions: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
+    """For each route, in order: the ids of the `(question_id, question_text)` pairs whose first pass it
+    routes (the first route that fires wins)."""
+    chosen: dict[str, list[str]] = {rule.name: [] for rule in routes}
+    for qid, text in questions:
+        rule = choose_route(routes, text)
+        if rule is not None:
+            chosen[rule.name].append(qid)
+    return chosen
 
 
 def unique_rules(rules: Sequence[Rule]) -> list[Rule]:

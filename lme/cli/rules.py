@@ -6,7 +6,9 @@ The overrides are a run's (`+design=pipeline`, `dataset.path=FILE`, `split=dev`,
 `limit=20`, ...): the rules are composed and checked as a run checks them
 (`lme.design`) and the questions selected as a run selects
 them (`lme.data.dataset.load_dataset`). Only rules with `on: question` can be decided
-before a run; rules over the answer (`decline`) are named in a note.
+before a run; rules over the answer (`decline`) are named in a note. A design with routed
+instructions (`rules.routes`) also lists, as `route:NAME`, the questions whose first pass
+reads route NAME's instruction (the first route that fires on the question text).
 
 Output (stdout):
 - `--json`: one JSON object `{rule: [question ids]}`, rules in configured order,
@@ -23,7 +25,7 @@ import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from lme.answer.rules import Rule, select_by_question, unique_rules
+from lme.answer.rules import Rule, select_by_question, select_routes, unique_rules
 from lme.cli.parser import make_parser
 from lme.data.records import QUESTION_TYPES
 
@@ -67,6 +69,10 @@ def answer_rules_note(rules: Sequence[Rule]) -> str | None:
     return f"Rules over the answer ({', '.join(names)}) fire on the answers of a run; they are not listed here."
 
 
+ROUTES_NOTE = ("route:NAME: the questions whose first pass reads the instruction of route NAME (the first route in "
+               "rules.routes that fires on the question text); the others read instructions.first_pass.")
+
+
 def markdown_report(design: str, source: str, selection: Mapping[str, Sequence[str]],
                     counts: Mapping[str, Mapping[str, int]], note: str | None) -> str:
     lines = [f"## Rules of design {design}: questions selected by the question text", "", f"Dataset: {source}", ""]
@@ -76,6 +82,8 @@ def markdown_report(design: str, source: str, selection: Mapping[str, Sequence[s
         lines.append(markdown_counts(counts))
         for rule, ids in selection.items():
             lines += ["", f"### {rule} ({len(ids)})", "", ", ".join(ids) if ids else "(none)"]
+    if any(name.startswith("route:") for name in selection):
+        lines += ["", ROUTES_NOTE]
     if note:
         lines += ["", note]
     return "\n".join(lines)
@@ -90,8 +98,11 @@ def main(argv: Sequence[str]) -> int:
     options = _parser().parse_args(rest)
     design = compose_design(overrides)
     rules = [step.rule for step in design.instructions.rules]
+    routes = [step.rule for step in design.instructions.routes]
     data_path, questions = load_dataset(design.dataset)
-    selection = select_by_question(rules, [(q.question_id, q.question) for q in questions])
+    texts = [(q.question_id, q.question) for q in questions]
+    selection = {**{f"route:{name}": ids for name, ids in select_routes(routes, texts).items()},
+                 **select_by_question(rules, texts)}
     counts = counts_by_type(selection, {q.question_id: q.question_type for q in questions})
     note = answer_rules_note(rules)
     if options.json:

@@ -8,6 +8,10 @@ study's own baseline rendering (`renderTurn` in its harness) is not published, s
 form is inferred from that reply line. A block that does not fit in
 what is left of the budget is skipped whole (never cut) and later, smaller ones
 are still tried. Only neutral ids, dates, roles and contents reach the text.
+
+With `resolved_dates: true` (the study's development memory "BM25 with resolved-date lines"), a user
+turn's block is followed, when the message holds relative time expressions, by the user log's
+"Resolved dates" line for it (`lme.memory.user_log`, in the layout's form), counted in the block's bytes.
 """
 
 from __future__ import annotations
@@ -63,6 +67,22 @@ def format_turn_block(turn: Turn, session: Session, layout: str = "lme") -> str:
     return f"[{turn.turn_id}] {format_moment(session.date)} {turn.role}: {turn.content}"
 
 
+def with_resolved_dates(block: str, turn: Turn, session: Session, question: Question, layout: str = "lme") -> str:
+    """A user turn's block followed by its "Resolved dates" line, as the user log writes it (no line: unchanged)."""
+    from lme.memory.dates import format_resolved_line, resolve_relative_dates
+    from lme.memory.user_log import format_study_resolved_line
+
+    dates = resolve_relative_dates(turn.content, session.date)
+    if not dates:
+        return block
+    question_day = question.question_date.date()
+    if layout == "study":
+        line = format_study_resolved_line(dates, session.date.date(), question_day)
+    else:
+        line = format_resolved_line(dates, question_day)
+    return f"{block}\n{line}" if line else block
+
+
 class RetrievedMemoryBuilder:
     """The top `top_k` turns of one retriever, in rank order, within `max_bytes`.
 
@@ -72,7 +92,7 @@ class RetrievedMemoryBuilder:
 
     def __init__(
         self, retriever: Retriever, top_k: int = 100, max_bytes: int = 96_000, name: str = "retrieved",
-        layout: str = "lme",
+        layout: str = "lme", resolved_dates: bool = False,
     ) -> None:
         if top_k < 0:
             raise ValueError(f"top_k must be >= 0, got {top_k}.")
@@ -84,6 +104,7 @@ class RetrievedMemoryBuilder:
             raise LmeError(f"memory.layout {layout!r} is unknown (known: {', '.join(LAYOUTS)}).")
         self.retriever = retriever
         self.layout = layout
+        self.resolved_dates = bool(resolved_dates)
         self.top_k = top_k
         self.max_bytes = max_bytes
         self.name = name
@@ -103,7 +124,10 @@ class RetrievedMemoryBuilder:
                     f"question {question.question_id}: retriever {ranking.retriever!r} "
                     f"returned turn id {turn_id!r}, which is not in the history."
                 )
-            blocks.append((turn_id, format_turn_block(turn, question.session_of(turn_id), self.layout)))
+            block = format_turn_block(turn, question.session_of(turn_id), self.layout)
+            if self.resolved_dates and turn.role == "user":
+                block = with_resolved_dates(block, turn, question.session_of(turn_id), question, self.layout)
+            blocks.append((turn_id, block))
         text, included, skipped = pack_blocks(blocks, self.max_bytes)
         return Memory(
             text=text,
@@ -116,6 +140,7 @@ class RetrievedMemoryBuilder:
                 "top_k": str(self.top_k),
                 "max_bytes": str(self.max_bytes),
                 "ranked": str(len(blocks)),
+                **({"resolved_dates": "true"} if self.resolved_dates else {}),
             },
             ranking=ranking,
         )
