@@ -1,0 +1,81 @@
+"""Study design 15 end to end, offline, with a real MLflow store: `python -m lme +design=study/15_ledger_append -m
+seed=1,2,3` against the loopback reader; after the sweep, a model-built counting ledger (the offline note-taker)
+is appended to the user log and read once more for exactly the counting questions whose runs disagree."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from lme.data.load import load_questions
+from lme.data.sample import SAMPLE_PATH
+from lme.judge import sha256_text
+from lme.models.offline import extractive_answer
+
+from answer.test_pipeline_runs import artifact, journals, mlflow_runs, run_lme
+
+pytestmark = pytest.mark.slow
+
+COUNTING = {"95e38180", "900f72f7", "fe656bef", "8dff06d2"}  # "how many" / "how much ... in total"
+WOBBLY = {"ba26d851", "95e38180", "900f72f7"}  # their answer changes from one job to the next
+
+
+def test_the_ledger_stage_rereads_only_disagreeing_counting_questions_over_the_ledger(tmp_path):
+    from loopback import LoopbackServer
+
+    ids = ["ba26d851", "95e38180", "900f72f7", "fe656bef", "8dff06d2"]
+    questions = {q.question: q for q in load_questions(SAMPLE_PATH) if q.question_id in ids}
+    asked: Counter[str] = Counter()
+    stage_payloads: list[dict] = []
+
+    def reply(body):
+        system, user = body["messages"][0]["content"], body["messages"][1]["content"]
+        payload = json.loads(user)
+        question = questions[payload["question"]]
+        if "## Counting ledger" in payload["memory"]:
+            stage_payloads.append(payload)
+            return str(question.answer)
+        asked[system + user] += 1  # each job asks the same request again (its seed misses the cache)
+        if question.question_id in WOBBLY and asked[system + user] % 2 == 0:
+            return "I am not sure."
+        return extractive_answer(payload["question"], payload["memory"])
+
+    with LoopbackServer(reply=reply) as server:
+        result = run_lme(
+            tmp_path, "+design=study/15_ledger_append", "retriever=fts5", "question_ids=[" + ",".join(f"'{i}'" for i in ids) + "]",
+            "reader=gpt5_mini", "reader.model.model=openai/gpt-4o-mini", "~reader.model.params.reasoning_effort",
+            f"reader.model.api_base={server.base_url}",
+            "reader.model.api_key_env=LOOPBACK_KEY", "-m", "seed=1,2,3",
+            env={"LOOPBACK_KEY": "sk-loopback"},
+        )
+    assert result.returncode == 0, result.stderr[-3000:]
+    client, parent, children = mlflow_runs(tmp_path)
+    assert parent.info.status == "FINISHED" and len(children) == 3
+    runs = journals(tmp_path, "study_15_ledger_append")
+    answers = {q: [run[q]["answer"] for run in runs] for q in ids}
+    disagreeing = {q for q, a in answers.items() if len(set(a)) > 1}
+    assert disagreeing == WOBBLY
+    chosen = disagreeing & COUNTING
+    assert chosen == {"95e38180", "900f72f7"}  # ba26d851 disagrees but is no counting question
+
+    # one re-read per chosen question, over the user log with the ledger appended, no earlier answers shown
+    assert sorted(questions[p["question"]].question_id for p in stage_payloads) == sorted(chosen)
+    for payload in stage_payloads:
+        assert "earlier_answers" not in payload
+        log, ledger = payload["memory"].split("## Counting ledger", 1)
+        assert "[s0000:0]" in log and "- [s" in ledger  # the note-taker's ledger lines cite message ids
+    outcomes = [json.loads(line) for line in artifact(tmp_path, parent.info.run_id,
+                                                      "ledger/outcomes.jsonl").splitlines()]
+    assert {o["question_id"] for o in outcomes if o["chosen"]} == chosen
+    assert all(o["correct"] and o["memory_call"] == "paid" for o in outcomes if o["chosen"])
+
+    rows = json.loads(artifact(tmp_path, parent.info.run_id, "steps.json"))["designs"]["study_15_ledger_append"]
+    stage = rows["steps"][-1]
+    assert stage["rule"] == "ledger" and stage["questions_chosen"] == 2 and stage["reread"] == 6
+    assert stage["broken"] == 0
+    metrics = parent.data.metrics
+    assert metrics["ledger.questions_chosen"] == 2 and metrics["ledger.memory_model_calls_paid"] == 2
+    text = artifact(tmp_path, parent.info.run_id, "instructions/ledger.txt").rstrip("\n")
+    assert parent.data.params["instruction.ledger.sha256"] == sha256_text(text) and "counting ledger" in text
