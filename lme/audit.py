@@ -86,7 +86,7 @@ STOP_WORDS: frozenset[str] = frozenset(_FUNCTION_WORDS.split()) | frozenset(_NUM
 _SCALES = {"hundred": 100, "thousand": 1000, "million": 1_000_000}
 _QUOTES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "`": "'", "\u201c": '"', "\u201d": '"'})
 _SPACE = re.compile(r"\s+")
-_TEXT_KEYS = ("example", "examples", "prompt")
+_TEXT_KEYS = ("example", "examples", "prompt", "instruction", "select")  # instruction: a model-built memory's
 
 
 def fold(text: str) -> str:

@@ -196,6 +196,11 @@ def estimate_design(design: Design, seeds: Sequence[int], progress: bool = False
     rules = design.instructions.rules
     views = {FIRST_PASS_VIEW: builder, **design.build_views(retriever)}
     notes: list[str] = []
+    from lme.memory.model_built import model_built
+
+    writers = model_built(list(views.values()))  # a model-built memory: its requests counted, none sent
+    for writer in writers:
+        writer.plan_only()
     try:
         judge = design.judge.build()
     except LmeError as exc:
@@ -243,6 +248,8 @@ def estimate_design(design: Design, seeds: Sequence[int], progress: bool = False
             print(f"  {number}/{len(questions)} memories built", file=sys.stderr, flush=True)
     rules_possible.update(step.rule.name for step in rules if step.rule.on != "question")
 
+    for writer in writers:
+        notes.append(model_built_note(writer, design.cache_dir))
     all_keys = {key for question_reads in reads for read in question_reads for key in read.keys.values()}
     cached = _cached_keys(design.cache_dir, all_keys)
     reader_prices = _prices(spec)
@@ -272,6 +279,25 @@ def estimate_design(design: Design, seeds: Sequence[int], progress: bool = False
         seeds=estimates,
         notes=tuple(notes),
     )
+
+
+def model_built_note(writer: Any, cache_dir: Path) -> str:
+    """One line on a model-built memory's calls (`lme.memory.model_built`): one per distinct request, for every
+    seed together (they carry no seed), those already in the call cache free; the reader's input above is
+    counted over its inner memory, without the model's output."""
+    from lme.models.cache import call_key
+    from lme.models.pricing import count_input_tokens, max_output_tokens
+
+    spec = writer.model
+    requests = {call_key(spec.model, messages, spec.params, None): messages for messages in writer.planned or []}
+    cached = _cached_keys(cache_dir, set(requests))
+    to_pay = [messages for key, messages in requests.items() if key not in cached]
+    tokens = sum(count_input_tokens(spec.model, messages) for messages in to_pay)
+    prices = _prices(spec)
+    dollars = _dollars(prices, tokens, len(to_pay) * (max_output_tokens(spec) or 0))
+    return (f"memory {writer.name} ({spec.model}): {len(requests)} model calls for all seeds together, "
+            f"{len(cached)} already cached; {tokens} input tokens to pay, at most {_money(dollars)} ({_price_note(prices).strip(' ()')}); "
+            "the reader's input is counted over its inner memory, without the model's output")
 
 
 # -- printing ---------------------------------------------------------------------------------------

@@ -101,6 +101,20 @@ def text_digests(design: Mapping[str, Any]) -> dict[str, str]:
                     digests[f"instruction.{name}"] = sha256_text(
                         compose_instruction(base, paragraphs, definition["paragraphs"])
                     )
+    for where in ("memory", "arbiter", "arbiter.memory"):  # a model-built memory's instruction; a cross-run stage
+        node: Any = design
+        for part in where.split("."):
+            node = node.get(part) if isinstance(node, Mapping) else None
+        if not isinstance(node, Mapping):
+            continue
+        if isinstance(node.get("instruction"), str):
+            digests[f"{where}.instruction"] = sha256_text(node["instruction"])
+        if where == "arbiter":
+            if node.get("select") is not None:
+                digests["arbiter.select"] = sha256_json(node["select"])
+            if has_base and isinstance(node.get("paragraphs"), list):
+                digests[f"instruction.{node.get('name') or 'arbiter'}"] = sha256_text(
+                    compose_instruction(base, paragraphs, node["paragraphs"]))
     view = design.get("view")
     if view is not None:
         digests["view"] = sha256_json(view)

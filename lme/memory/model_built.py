@@ -136,6 +136,12 @@ class ModelBuiltMemoryBuilder:
         self.max_bytes = int(max_bytes)
         self.name = name
         self.gateway: Gateway | None = None
+        self.planned: list[list[dict[str, Any]]] | None = None  # `plan_only`: the requests, none sent
+
+    def plan_only(self) -> None:
+        """From now on, `build` sends nothing: it records each request in `planned` and returns the inner
+        memory (`lme estimate` counts the requests and prices them)."""
+        self.planned = []
 
     # -- the model call ------------------------------------------------------------------------
 
@@ -172,6 +178,9 @@ class ModelBuiltMemoryBuilder:
     def build(self, question: Question) -> Memory:
         memory = self.inner.build(question)
         messages = self.messages(question, memory)
+        if self.planned is not None:
+            self.planned.append(messages)
+            return replace(memory, notes={**memory.notes, "model_call": "planned"})
         call = self._call(messages)
         notes = {
             **memory.notes,
@@ -216,13 +225,21 @@ class ModelBuiltMemoryBuilder:
                       notes=notes, ranking=memory.ranking)
 
 
-def attach_gateway(builders: list[Any], gateway: Gateway) -> None:
-    """Give every model-built memory among `builders` (or wrapped in one: `.builder`, `.inner`) the job's
-    gateway, so its calls use the job's cache, ledger and caps."""
+def model_built(builders: list[Any]) -> list[ModelBuiltMemoryBuilder]:
+    """The model-built memories among `builders`, or wrapped in one (`.builder`, `.inner`)."""
+    found: list[ModelBuiltMemoryBuilder] = []
     for builder in builders:
         seen = 0
         while builder is not None and seen < 8:
-            if isinstance(builder, ModelBuiltMemoryBuilder):
-                builder.gateway = gateway
+            if isinstance(builder, ModelBuiltMemoryBuilder) and builder not in found:
+                found.append(builder)
             builder = getattr(builder, "builder", None) or getattr(builder, "inner", None)
             seen += 1
+    return found
+
+
+def attach_gateway(builders: list[Any], gateway: Gateway) -> None:
+    """Give every model-built memory among `builders` (or wrapped in one) the job's gateway, so its calls use
+    the job's cache, ledger and caps."""
+    for builder in model_built(builders):
+        builder.gateway = gateway
