@@ -179,3 +179,37 @@ def test_the_cross_run_stage_reads_only_disagreeing_questions_its_rule_selects(t
     payload = json.loads(request.body["messages"][1]["content"])
     assert "earlier_answers" not in payload and "## Ledger" in payload["memory"]
     assert "[s" not in payload["memory"].split("## Ledger", 1)[0].replace("Question date", "")  # the log is replaced
+
+
+def test_designs_13_and_15_compose_a_counting_ledger_stage_and_the_notes_design_its_memory():
+    from lme.design import compose_design
+    from lme.design import plain
+    from lme.prereg import text_digests
+
+    for name, place in (("13_ledger_replace", "replace"), ("15_ledger_append", "append")):
+        design = compose_design([f"+design=study/{name}"])
+        stage = design.arbiter
+        assert stage is not None and stage.name == "ledger" and not stage.earlier_answers
+        assert stage.memory is not None and stage.memory.node["place"] == place
+        assert stage.select.fires("How many books did I finish?", None)
+        assert not stage.select.fires("How many days passed between the two trips?", None)
+        assert not stage.select.fires("Where did I buy my boots?", None)
+        digests = text_digests(plain(design.config))
+        assert {"arbiter.memory.instruction", "arbiter.select", "instruction.ledger"} <= set(digests)
+    notes = compose_design(["+design=study/dev_notes_bm25", "notes_model@memory.model=gpt5_nano"])
+    assert notes.memory.node["model"]["model"] == "openai/gpt-5-nano" and notes.retriever.target.endswith("FTS5Retriever")
+    assert "memory.instruction" in text_digests(plain(notes.config))
+    with pytest.raises(LmeError, match="arbiter.select"):
+        compose_design(["+design=study/13_ledger_replace", "arbiter.select.on=answer"])
+
+
+def test_lme_estimate_counts_the_notes_calls_once_for_all_seeds_and_sends_none(tmp_path):
+    from lme.design import compose_design
+    from lme.estimate import estimate_design
+
+    design = compose_design(["+design=study/dev_notes_bm25", "notes_model@memory.model=gpt5_nano", "limit=3",
+                             f"cache_dir={tmp_path}"])
+    estimate = estimate_design(design, [1, 2, 3])
+    (note,) = [n for n in estimate.notes if n.startswith("memory notes")]
+    assert "openai/gpt-5-nano): 3 model calls for all seeds together, 0 already cached" in note
+    assert not (tmp_path / "calls.sqlite").exists()  # nothing sent: an estimate opens no call cache
