@@ -15,7 +15,8 @@ to stderr: a bar on a terminal, a line every 30 s otherwise, none with `progress
 
 An embedding API (`retriever.backend=litellm`) is called through the gateway: the call cache
 `<cache_dir>/calls.sqlite`, the ledger (`budget.ledger_path`, job `budget.job` or `embed`) and the
-budget's caps; at a cap it stops (exit 3), every batch already answered stored.
+budget's caps; at a cap it stops (exit 3), every batch already answered stored; a failure no retry can
+fix (a bad key, an unknown model) stops it with exit 4.
 
 Prints, per semantic retriever: texts requested and distinct, already cached, encoded, seconds, texts/s.
 """
@@ -28,7 +29,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from lme.cli.parser import make_parser
-from lme.errors import EXIT_BUDGET, EXIT_INTERRUPTED, LmeError
+from lme.errors import EXIT_BUDGET, EXIT_INTERRUPTED, EXIT_SYSTEMIC, LmeError
 
 if TYPE_CHECKING:
     from lme.design import Design
@@ -88,6 +89,7 @@ def main(argv: Sequence[str]) -> int:
 
 def _main(design: Design) -> int:
     from lme.data.dataset import load_dataset
+    from lme.models.gateway import SystemicFailure
     from lme.models.ledger import BudgetExhausted
     from lme.retrieval.dense import attach_gateway
 
@@ -119,6 +121,9 @@ def _main(design: Design) -> int:
             except BudgetExhausted as exc:
                 print(f"lme embed: stopped: {exc}", file=sys.stderr, flush=True)
                 status = EXIT_BUDGET
+            except SystemicFailure as exc:  # a bad key, an unknown model: nothing more is sent
+                print(f"lme embed: stopped: {exc}", file=sys.stderr, flush=True)
+                status = EXIT_SYSTEMIC
             except KeyboardInterrupt:
                 print("lme embed: interrupted.", file=sys.stderr, flush=True)
                 status = EXIT_INTERRUPTED

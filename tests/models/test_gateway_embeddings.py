@@ -236,3 +236,19 @@ def test_a_runs_embedding_calls_count_against_its_caps(tmp_path: Path, test_key:
     assert len(rows) == 2 and {row["model"] for row in rows} == {MODEL}
     assert {row["job"] for row in rows} == {str((tmp_path / "run").resolve())}  # the job's own name
     assert all(row["status"] == "paid" and row["input_tokens"] > 0 and row["dollars"] > 0 for row in rows)
+
+
+def test_lme_embed_stops_with_exit_4_on_a_bad_key(tmp_path: Path, test_key: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from lme.errors import EXIT_SYSTEMIC
+
+    data = write_dataset(tmp_path / "data.json", [record("q0", "Which hill?", [[("user", TEXTS[0])]])])
+    with LoopbackServer(faults=[("401", "Incorrect API key provided: {api_key}")]) as server:
+        code = run_subcommand("embed", [
+            "retriever=semantic", "retriever.backend=litellm", f"retriever.model={MODEL}",
+            f"retriever.api_base={server.base_url}", f"retriever.api_key_env={KEY_ENV}", f"dataset.path={data}",
+            f"cache_dir={tmp_path / 'cache'}", "tracking.enabled=false"])
+        assert code == EXIT_SYSTEMIC
+        out, err = capsys.readouterr()
+        assert "AuthenticationError" in err and test_key not in out + err
+        assert len(server.embedding_requests) == 1
