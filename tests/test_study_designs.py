@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -150,6 +151,23 @@ def test_development_memories_run_on_the_development_split_unless_told_otherwise
     assert design("dev_bm25_96kb").dataset.selection.split == "study_dev"
     assert design("dev_bm25_96kb", "split=null").dataset.selection.split is None
     assert design("dev_bm25_resolved_dates").memory.node["resolved_dates"] is True
+
+
+def test_every_command_of_the_readmes_study_tables_composes_as_written():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### The reference study's designs", 1)[1].split("\n## ", 1)[0]
+    commands = re.findall(r"`python -m lme (\+design=study/[^`]+)`", section)
+    named = {command.split()[0].removeprefix("+design=study/") for command in commands}
+    files = {path.stem for path in (CONF_DIR / "design" / "study").glob("*.yaml")}
+    assert set(EXPECTED) <= named <= files  # each design above has its command; each command names a file
+    for command in commands:
+        args = [arg for arg in command.split() if arg not in ("-m", "seed=1,2,3")]
+        assert command.endswith("-m seed=1,2,3")
+        if "instructions=study" in args:
+            if not STUDY_FILE.exists():
+                continue
+            args.append(f"instructions.source={STUDY_FILE}")
+        compose_design(args, check=True)
 
 
 # -- routed instructions ----------------------------------------------------------------------------------------
