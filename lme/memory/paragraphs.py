@@ -19,6 +19,8 @@ LME_BUILDERS: tuple[str, ...] = (
     "lme.memory.retrieved.RetrievedMemoryBuilder",
     "lme.memory.user_log.UserLogMemoryBuilder",
     "lme.memory.sessions.WholeSessionView",
+    "lme.memory.full_history.FullHistoryMemoryBuilder",
+    "lme.memory.model_built.ModelBuiltMemoryBuilder",
 )
 
 

@@ -196,7 +196,7 @@ def test_designs_13_and_15_compose_a_counting_ledger_stage_and_the_notes_design_
         assert not stage.select.fires("Where did I buy my boots?", None)
         digests = text_digests(plain(design.config))
         assert {"arbiter.memory.instruction", "arbiter.select", "instruction.ledger"} <= set(digests)
-    notes = compose_design(["+design=study/dev_notes_bm25", "notes_model@memory.model=gpt5_nano"])
+    notes = compose_design(["+design=study/dev_notes_bm25", "memory/writer@memory.model=gpt5_nano"])
     assert notes.memory.node["model"]["model"] == "openai/gpt-5-nano" and notes.retriever.target.endswith("FTS5Retriever")
     assert "memory.instruction" in text_digests(plain(notes.config))
     with pytest.raises(LmeError, match="arbiter.select"):
@@ -207,7 +207,7 @@ def test_lme_estimate_counts_the_notes_calls_once_for_all_seeds_and_sends_none(t
     from lme.design import compose_design
     from lme.estimate import estimate_design
 
-    design = compose_design(["+design=study/dev_notes_bm25", "notes_model@memory.model=gpt5_nano", "limit=3",
+    design = compose_design(["+design=study/dev_notes_bm25", "memory/writer@memory.model=gpt5_nano", "limit=3",
                              f"cache_dir={tmp_path}"])
     estimate = estimate_design(design, [1, 2, 3])
     (note,) = [n for n in estimate.notes if n.startswith("memory notes")]

@@ -26,7 +26,8 @@ def test_builders_declare_their_paragraphs():
 def test_lme_builders_are_the_shipped_memory_and_view_targets():
     shipped = {OmegaConf.load(path)["_target_"] for group in ("memory", "view")
                for path in (lme.CONF_DIR / group).glob("*.yaml")}
-    assert set(LME_BUILDERS) == shipped == {RETRIEVED, USER_LOG, SESSIONS}
+    assert set(LME_BUILDERS) == shipped == {RETRIEVED, USER_LOG, SESSIONS, "lme.memory.full_history.FullHistoryMemoryBuilder",
+                                            "lme.memory.model_built.ModelBuiltMemoryBuilder"}
 
 
 def test_an_unimportable_or_undeclaring_target_declares_nothing():
