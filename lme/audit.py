@@ -290,7 +290,8 @@ def find_hits(texts: Sequence[Text], questions: Iterable[Any]) -> list[Hit]:
 def shipped_designs() -> list[str]:
     from lme import CONF_DIR
 
-    return sorted(path.stem for path in (CONF_DIR / "design").glob("*.yaml"))
+    root = CONF_DIR / "design"  # with its subfolders' (the reference study's, study/01_user_log_bm25, ...)
+    return sorted(path.relative_to(root).with_suffix("").as_posix() for path in root.rglob("*.yaml"))
 
 
 @dataclass(frozen=True)

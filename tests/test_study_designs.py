@@ -73,11 +73,11 @@ EXPECTED = {
     "12_recall": ("hybrid", USER_LOG, FIRST, (ADVICE, DECLINE, DECLINE, RECALL), (), None, None),
     "14_current_state_first_pass": ("hybrid", USER_LOG, FIRST, (ADVICE, DECLINE, DECLINE, RECALL, STATE_FIRST_PASS),
                                     (), None, None),
-    "dev_bm25_96kb": ("bm25", RETRIEVED, (), (), (), None, "study_dev"),
-    "dev_semantic_96kb": ("semantic", RETRIEVED, (), (), (), None, "study_dev"),
-    "dev_bm25_resolved_dates": ("bm25", RETRIEVED, (), (), (), None, "study_dev"),
-    "dev_user_log_bm25": ("bm25", USER_LOG, ("user_log", "calibration"), (), (), None, "study_dev"),
-    "dev_user_log_fused_answer_format": ("hybrid", USER_LOG, FIRST, (), (), None, "study_dev"),
+    "dev_bm25_96kb": ("bm25", RETRIEVED, (), (), (), None, None),
+    "dev_semantic_96kb": ("semantic", RETRIEVED, (), (), (), None, None),
+    "dev_bm25_resolved_dates": ("bm25", RETRIEVED, (), (), (), None, None),
+    "dev_user_log_bm25": ("bm25", USER_LOG, ("user_log", "calibration"), (), (), None, None),
+    "dev_user_log_fused_answer_format": ("hybrid", USER_LOG, FIRST, (), (), None, None),
     "full_history": ("bm25", FULL, (), (), (), None, None),
 }
 OTHERS = {"13_ledger_replace", "15_ledger_append", "dev_notes_bm25"}  # helper B's (model-built memory)
@@ -147,10 +147,9 @@ def test_designs_2_and_12_are_the_shipped_first_pass_and_pipeline(study, shipped
     assert without_name(design(study)) == without_name(compose_design([f"+design={shipped}"], check=True))
 
 
-def test_development_memories_run_on_the_development_split_unless_told_otherwise():
-    assert design("dev_bm25_96kb").dataset.selection.split == "study_dev"
-    assert design("dev_bm25_96kb", "split=null").dataset.selection.split is None
+def test_the_bm25_memory_with_resolved_date_lines_is_the_bm25_memory_with_them():
     assert design("dev_bm25_resolved_dates").memory.node["resolved_dates"] is True
+    assert "resolved_dates" not in design("dev_bm25_96kb").memory.node
 
 
 def test_every_command_of_the_readmes_study_tables_composes_as_written():
@@ -163,6 +162,8 @@ def test_every_command_of_the_readmes_study_tables_composes_as_written():
     for command in commands:
         args = [arg for arg in command.split() if arg not in ("-m", "seed=1,2,3")]
         assert command.endswith("-m seed=1,2,3")
+        # the development memories ran on the study's 100 development questions, the 15 designs on all 500
+        assert ("split=study_dev" in args) == args[0].startswith("+design=study/dev_"), command
         if "instructions=study" in args:
             if not STUDY_FILE.exists():
                 continue
