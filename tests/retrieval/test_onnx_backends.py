@@ -1,0 +1,117 @@
+"""embedding.backend (torch | onnx | openvino) and embedding.precision (fp32 | int8): the exported model gives
+torch's vectors at fp32 and close ones at int8, each backend's vectors are cached under their own key, and a
+bad choice or a broken export is one sentence. Real MiniLM (the packaged model), real exports in temp dirs."""
+
+from __future__ import annotations
+
+import importlib.util
+import sqlite3
+
+import numpy as np
+import pytest
+
+from lme.errors import LmeError
+from lme.retrieval.dense import DenseRetriever, top_by_cosine
+from lme.retrieval.onnx_runtime import check_runtime, export_dir, runtime_suffix
+
+needs_onnx = pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None or importlib.util.find_spec("onnx") is None,
+                                reason="onnx / onnxruntime not installed (pip install -e '.[fast-cpu]')")
+needs_openvino = pytest.mark.skipif(importlib.util.find_spec("openvino") is None,
+                                    reason="openvino not installed (pip install -e '.[fast-cpu]')")
+
+TEXTS = [
+    "I started learning the cello in January and practise every morning.",
+    "My sister's wedding is in Porto on the 12th of June.",
+    "Can you suggest a vegetarian lasagne recipe?",
+    "We replaced the kitchen tap ourselves last Saturday.",
+    "The dog needs his booster vaccine before the trip.",
+    "I finished reading three novels during the holiday.",
+    "Our team switched from Jira to Linear in the spring.",
+    "What is a good stretching routine after running?",
+    "I paid 240 dollars for the new road bike helmet.",
+    "Remind me which museum we visited in Vienna.",
+] * 2 + ["a short one", "x" * 3000]  # repeats, a one-liner and one longer than the model's token limit
+QUERY = "when is my sister getting married"
+
+
+def _retriever(tmp_path, runtime="torch", precision="fp32", cache="embeddings.sqlite"):
+    return DenseRetriever("minilm-packaged", device="cpu", cache_path=tmp_path / cache, progress=False,
+                          runtime=runtime, precision=precision)
+
+
+@pytest.mark.parametrize("runtime, precision, message", [
+    ("tensorrt", "fp32", "embedding.backend must be one of torch, onnx, openvino"),
+    ("onnx", "fp16", "embedding.precision must be one of fp32, int8"),
+    ("torch", "int8", "needs embedding.backend=onnx or openvino"),
+])
+def test_a_bad_backend_or_precision_is_one_sentence(tmp_path, runtime, precision, message):
+    with pytest.raises(LmeError, match=message):
+        check_runtime(runtime, precision)
+    with pytest.raises(LmeError, match=message):
+        _retriever(tmp_path, runtime, precision)
+
+
+def test_an_api_model_takes_no_local_backend(tmp_path):
+    with pytest.raises(LmeError, match="runs a local model; the litellm backend calls an API"):
+        DenseRetriever("openai/text-embedding-3-small", backend="litellm", runtime="onnx", cache_path=tmp_path / "e.sqlite")
+
+
+def test_the_backend_and_precision_are_part_of_the_vectors_key(tmp_path):
+    ids = {(r, p): _retriever(tmp_path, r, p).model_id for r, p in
+           [("torch", "fp32"), ("onnx", "fp32"), ("onnx", "int8"), ("openvino", "fp32"), ("openvino", "int8")]}
+    assert ids[("torch", "fp32")] == "sentence-transformers/all-MiniLM-L6-v2"  # caches filled before keep working
+    assert len(set(ids.values())) == 5
+    assert ids[("onnx", "int8")] == ids[("torch", "fp32")] + runtime_suffix("onnx", "int8") == ids[("torch", "fp32")] + "|onnx-int8"
+    # an export is named by the model, the library versions and the token limit: a new version exports anew
+    assert export_dir(tmp_path, "m", None) != export_dir(tmp_path, "m", 128) != export_dir(tmp_path, "n", None)
+
+
+@needs_onnx
+@pytest.mark.slow  # exports MiniLM to ONNX and quantizes it (~20 s)
+def test_onnx_gives_torchs_vectors_at_fp32_close_ones_at_int8_and_keeps_them_apart(tmp_path):
+    torch_side = _retriever(tmp_path)
+    reference = torch_side.embed(TEXTS, "")
+    query = torch_side.embed([QUERY], "")[0]
+    fp32 = _retriever(tmp_path, "onnx", "fp32")
+    vectors = fp32.embed(TEXTS, "")
+    assert np.min(np.sum(vectors * reference, axis=1)) > 0.9999
+    mine, theirs = top_by_cosine(vectors, fp32.embed([QUERY], "")[0], 5), top_by_cosine(reference, query, 5)
+    assert [row for row, _ in mine] == [row for row, _ in theirs]
+    assert [score for _, score in mine] == pytest.approx([score for _, score in theirs], abs=1e-4)
+    assert fp32.encoder.probe_cosine > 0.9999
+    int8 = _retriever(tmp_path, "onnx", "int8")
+    close = int8.embed(TEXTS, "")
+    cosines = np.sum(close * reference, axis=1)
+    assert 0.97 < cosines.min() and cosines.max() < 1.0 - 1e-7  # quantized: close, not equal
+    assert top_by_cosine(close, int8.embed([QUERY], "")[0], 1)[0][0] == top_by_cosine(reference, query, 1)[0][0]
+    # one cache file, three backends: each vector under its own key, never one read for another
+    distinct = len(set(TEXTS)) + 1  # + the query
+    with sqlite3.connect(tmp_path / "embeddings.sqlite") as db:
+        counts = dict(db.execute("SELECT model, COUNT(*) FROM embeddings GROUP BY model").fetchall())
+    assert counts == {torch_side.model_id: distinct, fp32.model_id: distinct, int8.model_id: distinct}
+    # the exports are kept beside the cache and reused: a new retriever exports nothing
+    files = sorted(p.name for p in (tmp_path / "onnx").rglob("*.onnx"))
+    assert files == ["model.fp32.onnx", "model.int8.onnx"]
+    stamp = next((tmp_path / "onnx").rglob("model.int8.onnx")).stat().st_mtime_ns
+    again = _retriever(tmp_path, "onnx", "int8", cache="other.sqlite")
+    assert np.allclose(again.embed(TEXTS[:3], ""), close[:3], atol=1e-6)
+    assert next((tmp_path / "onnx").rglob("model.int8.onnx")).stat().st_mtime_ns == stamp
+
+
+@needs_onnx
+@needs_openvino
+@pytest.mark.slow  # exports MiniLM to ONNX and compiles it with OpenVINO (~15 s)
+def test_openvino_runs_the_export_with_torchs_vectors(tmp_path):
+    reference = _retriever(tmp_path).embed(TEXTS, "")
+    vectors = _retriever(tmp_path, "openvino", "fp32").embed(TEXTS, "")
+    assert np.min(np.sum(vectors * reference, axis=1)) > 0.9999
+
+
+@needs_onnx
+def test_a_broken_export_is_refused_in_one_sentence_naming_it(tmp_path):
+    retriever = _retriever(tmp_path, "onnx", "fp32")
+    fp32, _ = retriever.encoder.files()
+    fp32.parent.mkdir(parents=True)
+    fp32.write_bytes(b"not an onnx model")  # a truncated or foreign file where the export should be
+    with pytest.raises(LmeError, match=r"backend onnx \(fp32\) could not be prepared in .*onnx"):
+        retriever.embed(TEXTS[:2], "")
