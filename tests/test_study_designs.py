@@ -216,6 +216,20 @@ def test_a_routed_first_pass_sends_its_routes_instruction_in_one_read(tmp_path):
         cache.close()
 
 
+def test_the_rules_command_lists_each_routes_questions_first_route_first(capsys):
+    from lme.cli.rules import main
+
+    assert main(["+design=study/09_routed_decline", "--json"]) == 0
+    out, err = capsys.readouterr()
+    # the bundled sample: its six preference questions ask for suggestions; three ask how things stand now
+    assert json.loads(out) == {"route:advice": ["38553ac8", "cfdef303", "a1645f58", "571aa4f6", "11fba56e", "c329870a"],
+                               "route:current_state": ["681091fe", "681091fe_abs", "09642b31"]}
+    assert "| route:advice | 6 |" in err and "decline" in err
+    assert main(["+design=study/08_routed"]) == 0
+    out, _ = capsys.readouterr()
+    assert "### route:current_state (3)" in out and "the first route in rules.routes that fires" in out
+
+
 def test_routes_are_refused_in_one_sentence_unless_they_are_question_rules_over_the_first_pass():
     definitions = plain(compose_design(["+design=pipeline"]).config)["rules"]["definitions"]
     paragraphs = ["user_log", "answer_format", "advice", "whole_sessions", "recall"]
