@@ -164,7 +164,7 @@ def _run_job(design: Design) -> dict[str, float]:
     from lme.retrieval.dense import attach_gateway
 
     attach_gateway(retriever, gateway)  # embedding API calls: this job's call cache, ledger and caps
-    from lme.memory.model_built import attach_gateway as attach_memory_gateway
+    from lme.memory.model_built import attach_gateway as attach_memory_gateway, model_built
 
     attach_memory_gateway([builder, *views.values()], gateway)  # a model-built memory's calls: the same
 
@@ -237,6 +237,8 @@ def _run_job(design: Design) -> dict[str, float]:
         abstention = {o.question_id for o in outcomes if o.abstention}
         metrics = run_measures(correct, types, abstention).as_metrics() | cost_metrics(outcomes)
         metrics |= run_step_metrics([asdict(o) for o in outcomes])
+        for writer in model_built([builder, *views.values()]):  # a model-built memory's calls made by this job
+            metrics |= {key: float(value) for key, value in writer.totals().items()}
         write_csv(outcomes, out_dir / "outcomes.csv")
         (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         if tracker is not None:

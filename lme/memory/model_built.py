@@ -29,6 +29,7 @@ and dollars.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, ClassVar
@@ -137,6 +138,23 @@ class ModelBuiltMemoryBuilder:
         self.name = name
         self.gateway: Gateway | None = None
         self.planned: list[list[dict[str, Any]]] | None = None  # `plan_only`: the requests, none sent
+        self._totals: dict[str, float] = {}  # what this builder's calls did (`totals`), summed across threads
+        self._lock = threading.Lock()
+
+    def totals(self) -> dict[str, float]:
+        """This builder's calls so far, as job metrics: `memory_model_calls` (paid, cached, failed), tokens,
+        `memory_model_spent_usd` (what the paid ones cost)."""
+        with self._lock:
+            return dict(self._totals)
+
+    def _count(self, call: CallResult) -> None:
+        kind = "failed" if not call.ok else ("cached" if call.cached else "paid")
+        with self._lock:
+            for key, value in (("memory_model_calls", 1), (f"memory_model_calls_{kind}", 1),
+                               ("memory_model_input_tokens", call.input_tokens),
+                               ("memory_model_output_tokens", call.output_tokens),
+                               ("memory_model_spent_usd", (call.cost_usd or 0.0) if kind == "paid" else 0.0)):
+                self._totals[key] = self._totals.get(key, 0) + value
 
     def plan_only(self) -> None:
         """From now on, `build` sends nothing: it records each request in `planned` and returns the inner
@@ -182,6 +200,7 @@ class ModelBuiltMemoryBuilder:
             self.planned.append(messages)
             return replace(memory, notes={**memory.notes, "model_call": "planned"})
         call = self._call(messages)
+        self._count(call)
         notes = {
             **memory.notes,
             "builder": self.name,

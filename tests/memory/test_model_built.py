@@ -213,3 +213,29 @@ def test_lme_estimate_counts_the_notes_calls_once_for_all_seeds_and_sends_none(t
     (note,) = [n for n in estimate.notes if n.startswith("memory notes")]
     assert "openai/gpt-5-nano): 3 model calls for all seeds together, 0 already cached" in note
     assert not (tmp_path / "calls.sqlite").exists()  # nothing sent: an estimate opens no call cache
+
+
+@pytest.mark.slow
+def test_a_two_seed_sweep_pays_the_notes_once_in_the_first_jobs_ledger(tmp_path):
+    """`python -m lme +design=study/dev_notes_bm25 -m seed=1,2` with the writer on the loopback server."""
+    import os
+    import subprocess
+    import sys
+
+    from loopback import LoopbackServer
+
+    with LoopbackServer(reply="- [s0000:0] The user keeps notes.") as server:
+        args = [sys.executable, "-m", "lme", "+design=study/dev_notes_bm25", "limit=2", "tracking.enabled=false",
+                "memory/writer@memory.model=gpt5_nano", f"memory.model.api_base={server.base_url}",
+                "memory.model.api_key_env=LOOPBACK_KEY", f"cache_dir={tmp_path}/cache", "-m", "seed=1,2"]
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("LME_", "OPENAI"))} | {"LOOPBACK_KEY": "sk-x"}
+        result = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert len(server.completion_requests) == 2  # one per question, for both seeds
+    (sweep,) = (tmp_path / "multirun" / "study_dev_notes_bm25").iterdir()
+    first, second = (json.loads((sweep / n / "metrics.json").read_text()) for n in ("0", "1"))
+    assert first["memory_model_calls_paid"] == 2 and first["memory_model_spent_usd"] > 0
+    assert "memory_model_calls" not in second or second.get("memory_model_calls_paid", 0) == 0
+    rows = Ledger(tmp_path / "cache" / "ledger.sqlite", "default", "x").rows()
+    assert [row["model"] for row in rows] == ["openai/gpt-5-nano"] * 2
+    assert {row["job"] for row in rows} == {str((sweep / "0").resolve())}  # the first job's name
