@@ -273,7 +273,7 @@ class Design:
         return {
             "design": self.name,
             "design.sha256": self.config_sha256,
-            # a group placed by a package (`notes_model@arbiter.memory.model`): MLflow refuses "@" in a key
+            # a group placed by a package (`memory/writer@arbiter.memory.model`): MLflow refuses "@" in a key
             **{f"choice.{group.replace('@', ':')}": option for group, option in sorted(self.choices.items())},
             **params_from_config(plain(changed)),
             "reader.model": str(self.reader.model.node.get("model", "")),
