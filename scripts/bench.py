@@ -42,7 +42,7 @@ sys.path.insert(0, str(HERE))
 
 from bench_common import DEFAULT_S, Row, markdown  # noqa: E402
 
-STAGES: tuple[str, ...] = ("load", "memory", "embedding", "orchestration", "scale")
+STAGES: tuple[str, ...] = ("load", "memory", "embedding", "backends", "orchestration", "scale")
 
 
 def _orchestration(options: argparse.Namespace) -> list[Row]:
@@ -58,6 +58,7 @@ def _orchestration(options: argparse.Namespace) -> list[Row]:
 
 
 def _runners(options: argparse.Namespace) -> dict[str, Callable[[], list[Row]]]:
+    import bench_backends
     import bench_embedding
     import bench_load
     import bench_memory
@@ -68,6 +69,8 @@ def _runners(options: argparse.Namespace) -> dict[str, Callable[[], list[Row]]]:
         "memory": lambda: bench_memory.rows(options.path, options.questions),
         "embedding": lambda: bench_embedding.rows(options.path, options.questions, options.embed_texts,
                                                   options.embed_block, options.device),
+        "backends": lambda: bench_backends.rows(options.backend_texts, options.embed_block,
+                                                recall_questions=options.backend_recall_questions, data=options.path),
         "orchestration": lambda: _orchestration(options),
         "scale": lambda: bench_scale.rows(options.scale_questions, options.scale_sessions),
     }
@@ -92,6 +95,10 @@ def parser() -> argparse.ArgumentParser:
     group.add_argument("--embed-texts", type=int, default=500, help="distinct turn texts to encode (500)")
     group.add_argument("--embed-block", type=int, default=100, help="texts per alternating block (100)")
     group.add_argument("--device", default="cpu", help="embedding device, the same for both sides (cpu)")
+    group.add_argument("--backend-texts", type=int, default=2000,
+                       help="S turns each embedding backend encodes, side by side (2000; stage backends)")
+    group.add_argument("--backend-recall-questions", type=int, default=None,
+                       help="questions of the mini file for recall@10 per backend (default all 16)")
     group = out.add_argument_group("orchestration")
     group.add_argument("--orchestration-questions", type=int, default=None,
                        help="questions of the study (default: --questions, else 500, i.e. the whole file)")

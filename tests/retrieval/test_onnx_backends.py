@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import importlib.util
 import sqlite3
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -115,3 +117,27 @@ def test_a_broken_export_is_refused_in_one_sentence_naming_it(tmp_path):
     fp32.write_bytes(b"not an onnx model")  # a truncated or foreign file where the export should be
     with pytest.raises(LmeError, match=r"backend onnx \(fp32\) could not be prepared in .*onnx"):
         retriever.embed(TEXTS[:2], "")
+
+
+MINI = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "longmemeval" / "longmemeval_s_cleaned_mini.json.xz"
+
+
+@needs_onnx
+@pytest.mark.slow  # one mini question ranked twice, 60 texts timed (~1-2 min)
+@pytest.mark.skipif(not MINI.is_file(), reason="the shared mini file is absent")
+def test_the_backends_benchmark_compares_speed_and_recall_side_by_side():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+    import bench_backends
+
+    rows = bench_backends.rows(texts=60, block=30, backends=("torch/fp32", "onnx/int8"), recall_file=MINI,
+                               recall_questions=1, data=MINI)
+    torch_row, int8_row = rows
+    assert torch_row.figure == "MiniLM torch/fp32" and torch_row.ratio == 1.0 and torch_row.met is None
+    assert int8_row.value > 0 and int8_row.ratio == pytest.approx(int8_row.value / torch_row.value, rel=0.02)
+    assert isinstance(int8_row.met, bool) and "on the same 60 S turns" in int8_row.compared_to
+    mean = float(int8_row.note.split("cosine to torch mean ")[1].split(",")[0])
+    assert 0.97 < mean < 1.0
+    recall = int8_row.note.split("recall@10 on ")[1]
+    assert recall.split(" questions of ")[1].startswith("longmemeval_s_cleaned_mini.json.xz: turn ")
+    turn = float(recall.split("turn ")[1].split(",")[0])
+    assert 0.0 <= turn <= 1.0
