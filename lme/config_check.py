@@ -406,12 +406,12 @@ def _layouts() -> tuple[str, ...]:
     return LAYOUTS
 
 
-def _overflow_policies() -> tuple[str, ...]:
-    """Every memory builder's overflow policies (each builder refuses another's in one sentence)."""
+def _overflow_policies(target: Any) -> tuple[str, ...]:
+    """The overflow policies of the memory builder `target` names (the full history's, or the user log's)."""
     from lme.memory.full_history import OVERFLOW_POLICIES as FULL_HISTORY
     from lme.memory.user_log import OVERFLOW_POLICIES as USER_LOG
 
-    return tuple(dict.fromkeys((*USER_LOG, *FULL_HISTORY)))
+    return FULL_HISTORY if str(target or "").endswith("FullHistoryMemoryBuilder") else USER_LOG
 
 
 def _rules(cfg: DictConfig) -> list[tuple[re.Pattern[str], Check]]:
@@ -471,7 +471,8 @@ def _rules(cfg: DictConfig) -> list[tuple[re.Pattern[str], Check]]:
         (r"judge\.verdict", choice(_verdict_rules)),
         (r"judge\.system_message", text(optional=True)),
         # memory, view, retrievers, embedding
-        (r"memory\.overflow_policy", choice(_overflow_policies)),
+        (r"memory\.overflow_policy", choice(lambda: _overflow_policies(
+            OmegaConf.select(cfg, "memory._target_", default=None, throw_on_resolution_failure=False)))),
         (r"memory\.layout", choice(_layouts)),
         (r"(?:.+\.)?\w*reserve_bytes", integer(0)),
         (r"(?:.+\.)?\w*_bytes", integer(1)),

@@ -168,6 +168,10 @@ def test_each_rule(base: DictConfig, values: dict[str, Any], sentence: str | Non
 
 
 def test_user_log_memory_rules(base: DictConfig) -> None:
+    full = compose_config(["memory=full_history"])
+    validate_config(with_values(full, memory__overflow_policy="oldest"))  # the full history's own policy
+    assert refused(with_values(full, memory__overflow_policy="retrieved_and_newest")) == (
+        "memory.overflow_policy: expected one of oldest, newest, refuse, got 'retrieved_and_newest'.")
     cfg = compose_config(["+design=pipeline"])
     assert refused(with_values(cfg, memory__overflow_policy="oldest")) == (
         "memory.overflow_policy: expected one of retrieved_and_newest, newest, got 'oldest'."
