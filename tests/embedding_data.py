@@ -9,28 +9,17 @@ from __future__ import annotations
 
 import json
 import lzma
-from datetime import datetime, timedelta
 from pathlib import Path
 
-from lme.data.dates import LME_DATE_FORMAT
+from histories import question_record
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "shared/data/longmemeval"
 MINI = DATA_DIR / "longmemeval_s_cleaned_mini.json.xz"
-FIRST_DAY = datetime(2023, 6, 1, 9, 0)
 
 
 def record(question_id: str, question: str, sessions: list[list[tuple[str, str]]]) -> dict:
-    return {
-        "question_id": question_id,
-        "question_type": "single-session-user",
-        "question": question,
-        "answer": "x",
-        "question_date": "2023/12/30 (Sat) 10:00",
-        "haystack_dates": [(FIRST_DAY + timedelta(days=day)).strftime(LME_DATE_FORMAT) for day in range(len(sessions))],
-        "haystack_session_ids": [f"{question_id}_s{index}" for index in range(len(sessions))],
-        "haystack_sessions": [[{"role": role, "content": content} for role, content in turns] for turns in sessions],
-        "answer_session_ids": [],
-    }
+    return question_record(question, sessions, question_id, question_date="2023/12/30 (Sat) 10:00",
+                           session_prefix=f"{question_id}_s")
 
 
 def write_dataset(path: Path, records: list[dict]) -> Path:

@@ -193,7 +193,7 @@ class OnnxEncoder:
         self.root = Path(root)
         self.batch_size = batch_size
         self.max_seq_length = max_seq_length
-        self.threads = threads or max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+        self.threads = threads or len(os.sched_getaffinity(0))
         self._lock = threading.Lock()
         self._session: _Session | None = None
         self._tokenizer: Any = None
@@ -218,11 +218,8 @@ class OnnxEncoder:
             raise LmeError(f"embedding.backend={self.runtime} precision={self.precision} needs the package(s) "
                            f"{absent} (pip install -e \".[fast-cpu]\").")
         model = self._load_model()
-        pooling = [module for module in model if type(module).__name__ == "Pooling"]
-        if pooling and getattr(pooling[0], "include_prompt", True) is False:
-            self._no_prompt = True
-        else:
-            self._no_prompt = False
+        self._no_prompt = any(type(module).__name__ == "Pooling" and getattr(module, "include_prompt", True) is False
+                              for module in model)
         fp32, target = self.files()
         try:
             if not fp32.is_file():
@@ -257,7 +254,6 @@ class OnnxEncoder:
 
     def _encode(self, texts: list[str], prompt: str) -> np.ndarray:
         assert self._session is not None
-        out = np.zeros((len(texts), 0), dtype=np.float32)
         order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
         rows: dict[int, np.ndarray] = {}
         size = 1 if self.precision == "int8" else self.batch_size  # see the module doc: one text per int8 call
@@ -268,7 +264,8 @@ class OnnxEncoder:
             vectors = self._session.run({name: np.asarray(value, dtype=np.int64) for name, value in encoded.items()})
             for i, vector in zip(part, vectors):
                 rows[i] = vector
-        if rows:
-            out = np.stack([rows[i] for i in range(len(texts))]).astype(np.float32)
-        norms = np.linalg.norm(out, axis=1, keepdims=True) if out.size else None
-        return out / np.where(norms == 0, 1, norms) if norms is not None else out
+        if not rows:
+            return np.zeros((0, 0), dtype=np.float32)
+        out = np.stack([rows[i] for i in range(len(texts))]).astype(np.float32)
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return out / np.where(norms == 0, 1, norms)
