@@ -15,7 +15,10 @@ questions), `show_earlier=False` leaves the runs' answers out of the request, an
 be a model-built one (a counting ledger, `lme.memory.model_built`), whose calls carry no seed.
 
 The arbitrated answer replaces every run's answer to that question; a failed
-arbiter call keeps each run's own answer. `arbiter_step` turns the outcomes
+arbiter call keeps each run's own answer. A stage memory that cannot be built (a model-built ledger whose
+call failed or gave no text: `MemoryFailed`) makes no reader call for that question: its outcome names the
+memory step, model and reason (`memory_error`), and the multirun counts the stage as incomplete (its parent
+run fails, exit status 5; rerunning the sweep runs the stage again, its answered calls from the cache). `arbiter_step` turns the outcomes
 into a row of the per-step table (`lme.measures.StepMeasures` fields), counted
 in question-runs like the other rows: a question chosen counts once per run.
 """
@@ -33,7 +36,7 @@ from lme.answer.reader import Reader, build_reader_messages
 from lme.data.records import Question
 from lme.judge import Judge
 from lme.measures import majority_threshold
-from lme.memory.base import MemoryBuilder
+from lme.memory.base import Memory, MemoryBuilder, MemoryFailed
 from lme.models.gateway import Gateway
 from lme.run import CallStats, answer_of
 
@@ -72,6 +75,7 @@ class ArbiterOutcome:
     judge: CallStats = field(default_factory=CallStats)
     memory_call: str | None = None  # a model-built memory's call: paid | cached | failed (None: no model call)
     memory_cost_usd: float = 0.0  # that call's dollars at list price
+    memory_error: str | None = None  # the stage's memory could not be built: why (no reader call was made)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), ensure_ascii=False, sort_keys=True)
@@ -99,7 +103,12 @@ async def arbitrate_question(
     }
     if not disagree(answers) or (select is not None and not select(question.question)):
         return ArbiterOutcome(**base, chosen=False, reread=False, failed=False, error=None, answer=None, correct=None)
-    memory = await asyncio.to_thread(builder.build, question)
+    try:
+        memory = await asyncio.to_thread(builder.build, question)
+    except MemoryFailed as failed:  # no reader call on a memory that is not the stage's
+        return ArbiterOutcome(**base, chosen=True, reread=False, failed=True, error=str(failed), answer=None,
+                              correct=None, memory_call="failed",
+                              memory_cost_usd=CallStats.of_calls(failed.calls).cost_usd, memory_error=str(failed))
     messages = build_reader_messages(
         instruction, question, memory, reader.instruction_role,
         extra={"earlier_answers": earlier_answers(answers)} if show_earlier else None, payload=reader.payload,
@@ -111,8 +120,16 @@ async def arbitrate_question(
         **base, chosen=True, reread=True, failed=error is not None, error=error, answer=answer,
         correct=verdict.correct if verdict else None,
         reader=CallStats.of(call), judge=CallStats.of(verdict.call if verdict else None),
-        memory_call=memory.notes.get("model_call"), memory_cost_usd=float(memory.notes.get("model_cost_usd") or 0.0),
+        memory_call=memory_call(memory), memory_cost_usd=CallStats.of_calls(memory.model_calls).cost_usd,
     )
+
+
+def memory_call(memory: Memory) -> str | None:
+    """What a model-built memory's calls did: `cached` (every one served from the cache), `paid`, or None
+    (a memory built without a model)."""
+    if not memory.model_calls:
+        return None
+    return "cached" if all(call.cached for call in memory.model_calls) else "paid"
 
 
 async def arbitrate(

@@ -80,7 +80,8 @@ def cost_metrics(outcomes: list[Outcome]) -> dict[str, float]:
         "judge_cached_input_tokens": sum(o.judge.cached_input_tokens for o in outcomes),
         "judge_cost_usd": sum(o.judge.cost_usd for o in outcomes),
         "judge_spent_usd": sum(o.judge.spent_usd for o in outcomes),
-        "unpriced_calls": sum(o.reader.unpriced_calls + o.judge.unpriced_calls for o in outcomes),
+        "unpriced_calls": sum(o.reader.unpriced_calls + o.judge.unpriced_calls + o.memory.unpriced_calls
+                              for o in outcomes),
         "missing_answers": sum(1 for o in outcomes if o.answer is None),
         "missing_verdicts": sum(1 for o in outcomes if o.answer is not None and o.judge_error is not None),
         "answered": sum(1 for o in outcomes if o.answer is not None),
@@ -91,16 +92,39 @@ def cost_metrics(outcomes: list[Outcome]) -> dict[str, float]:
     for part, counts in failure_counts(outcomes).items():
         metrics.update({f"{part}_failed_calls.{name}": count for name, count in counts.items()})
     metrics["model_calls_made"] = sum(
-        o.reader.calls - o.reader.cached_calls + o.judge.calls - o.judge.cached_calls for o in outcomes
+        o.reader.calls - o.reader.cached_calls + o.judge.calls - o.judge.cached_calls
+        + o.memory.calls - o.memory.cached_calls for o in outcomes
     )
+    metrics |= memory_model_metrics(outcomes)
     return {key: float(value) for key, value in metrics.items()}
+
+
+def memory_model_metrics(outcomes: list[Outcome]) -> dict[str, float]:
+    """A model-built memory's calls over the questions (none: no metric): `memory_model_calls` and those
+    `_paid`, `_cached` (a memory built by an earlier job of this process counts as cached) and `_failed`,
+    tokens, `memory_model_cost_usd` (list price) and `memory_model_spent_usd` (paid by this job)."""
+    stats = [o.memory for o in outcomes]
+    if not any(s.calls for s in stats):
+        return {}
+    calls, cached, failed = (sum(getattr(s, name) for s in stats) for name in ("calls", "cached_calls", "failed_calls"))
+    return {
+        "memory_model_calls": float(calls),
+        "memory_model_calls_paid": float(calls - cached - failed),
+        "memory_model_calls_cached": float(cached),
+        "memory_model_calls_failed": float(failed),
+        "memory_model_input_tokens": float(sum(s.input_tokens for s in stats)),
+        "memory_model_output_tokens": float(sum(s.output_tokens for s in stats)),
+        "memory_model_cost_usd": sum(s.cost_usd for s in stats),
+        "memory_model_spent_usd": sum(s.spent_usd for s in stats),
+    }
 
 
 OUTCOMES_TABLE = "tables/outcomes.json"  # the per-question table, viewable in MLflow's artifact view
 
 
 def outcome_table(outcomes: list[Outcome]) -> list[dict[str, Any]]:
-    """One row per question: id, type, answer, verdict, the re-reads taken, tokens and dollars."""
+    """One row per question: id, type, answer, verdict, the re-reads taken, tokens and dollars (`cost_usd`: reader,
+    judge and a model-built memory's calls, `memory_cost_usd` the last), and a failed memory step."""
     return [{
         "question_id": o.question_id,
         "question_type": o.question_type,
@@ -110,15 +134,17 @@ def outcome_table(outcomes: list[Outcome]) -> list[dict[str, Any]]:
         "reader_input_tokens": o.reader.input_tokens,
         "reader_output_tokens": o.reader.output_tokens,
         "judge_input_tokens": o.judge.input_tokens,
-        "cost_usd": round(o.reader.cost_usd + o.judge.cost_usd, 8),
+        "cost_usd": round(o.reader.cost_usd + o.judge.cost_usd + o.memory.cost_usd, 8),
+        "memory_cost_usd": round(o.memory.cost_usd, 8),
         "memory_bytes": o.memory_bytes,
+        "memory_error": o.memory_error,
     } for o in outcomes]
 
 
 def write_csv(outcomes: list[Outcome], path: Path) -> None:
     rows = [asdict(o) for o in outcomes]
     flat = [{k: v for k, v in row.items() if not isinstance(v, (dict, list))} | {
-        f"{part}_{k}": v for part in ("reader", "judge") for k, v in row[part].items()
+        f"{part}_{k}": v for part in ("reader", "judge", "memory") for k, v in row[part].items()
     } | {
         "rules_reread": " ".join(step["rule"] for step in row["steps"] if step["reread"]),
         "rereads_failed": sum(1 for step in row["steps"] if step["reread"] and step["failed"]),
@@ -164,7 +190,7 @@ def _run_job(design: Design) -> dict[str, float]:
     from lme.retrieval.dense import attach_gateway
 
     attach_gateway(retriever, gateway)  # embedding API calls: this job's call cache, ledger and caps
-    from lme.memory.model_built import attach_gateway as attach_memory_gateway, model_built
+    from lme.memory.model_built import attach_gateway as attach_memory_gateway
 
     attach_memory_gateway([builder, *views.values()], gateway)  # a model-built memory's calls: the same
 
@@ -237,8 +263,6 @@ def _run_job(design: Design) -> dict[str, float]:
         abstention = {o.question_id for o in outcomes if o.abstention}
         metrics = run_measures(correct, types, abstention).as_metrics() | cost_metrics(outcomes)
         metrics |= run_step_metrics([asdict(o) for o in outcomes])
-        for writer in model_built([builder, *views.values()]):  # a model-built memory's calls made by this job
-            metrics |= {key: float(value) for key, value in writer.totals().items()}
         write_csv(outcomes, out_dir / "outcomes.csv")
         (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         if tracker is not None:
@@ -296,11 +320,13 @@ def incomplete_note(metrics: Mapping[str, float]) -> str | None:
 
 
 def failure_counts(outcomes: list[Outcome]) -> dict[str, Counter[str]]:
-    """Failed reader and judge calls by error class, over every step."""
-    counts: dict[str, Counter[str]] = {"reader": Counter(), "judge": Counter()}
+    """Failed reader, judge and memory-step calls by error class, over every step."""
+    counts: dict[str, Counter[str]] = {"reader": Counter(), "judge": Counter(), "memory": Counter()}
     for outcome in outcomes:
         for step in outcome.steps:
-            if step.failed and (step.reread or step.rule == FIRST_PASS):
+            if step.memory_error:  # its memory failed: no reader call was made
+                counts["memory"][error_class(step.memory_error)] += 1
+            elif step.failed and (step.reread or step.rule == FIRST_PASS):
                 counts["reader"][error_class(step.error)] += 1
             if step.judge_error:
                 counts["judge"][error_class(step.judge_error)] += 1
@@ -309,15 +335,13 @@ def failure_counts(outcomes: list[Outcome]) -> dict[str, Counter[str]]:
 
 def failures_line(metrics: Mapping[str, float]) -> str:
     """`3 reader calls and 1 judge call failed (TimeoutError); 2 answers missing` ('' when nothing failed);
-    the error classes come from the metrics `reader_failed_calls.<class>` and `judge_failed_calls.<class>`."""
-    reader, judge = int(metrics.get("reader_failed_calls", 0)), int(metrics.get("judge_failed_calls", 0))
+    the error classes come from the metrics `reader_failed_calls.<class>`, `judge_failed_calls.<class>` and
+    `memory_failed_calls.<class>` (a model-built memory's calls: `memory_model_calls_failed`)."""
+    failed = {"reader": int(metrics.get("reader_failed_calls", 0)), "judge": int(metrics.get("judge_failed_calls", 0)),
+              "memory-model": int(metrics.get("memory_model_calls_failed", 0))}
     classes = {part: [key.split(".", 1)[1] for key, value in metrics.items()
-                      if key.startswith(f"{part}_failed_calls.") and value] for part in ("reader", "judge")}
-    parts = []
-    if reader:
-        parts.append(f"{reader} reader call{'s' if reader != 1 else ''}")
-    if judge:
-        parts.append(f"{judge} judge call{'s' if judge != 1 else ''}")
+                      if key.startswith(f"{part}_failed_calls.") and value] for part in ("reader", "judge", "memory")}
+    parts = [f"{count} {part} call{'s' if count != 1 else ''}" for part, count in failed.items() if count]
     text = ""
     if parts:
         names = sorted({name for part in classes.values() for name in part})
@@ -338,7 +362,9 @@ def print_summary(design: str, seed: int, judge: str, official: bool, metrics: M
         + (f"; {failures}" if failures else "")
         + f"; task-averaged {metrics['task_averaged_accuracy']:.3f}; judge {judge}{judge_note}",
         f"  model calls made {int(metrics['model_calls_made'])}, reader cost ${metrics['reader_cost_usd']:.4f}, "
-        f"judge cost ${metrics['judge_cost_usd']:.4f}; outcomes in {out_dir}"
+        f"judge cost ${metrics['judge_cost_usd']:.4f}"
+        + (f", memory-model cost ${metrics['memory_model_cost_usd']:.4f}" if "memory_model_cost_usd" in metrics else "")
+        + f"; outcomes in {out_dir}"
         + (f"; MLflow run {run_id}" if run_id else ""),
     ]
     print("\n".join(lines), flush=True)

@@ -497,7 +497,8 @@ def step_table(runs: Sequence[Sequence[Mapping[str, Any]]], question_ids: Sequen
 
 
 def row_call_totals(row: Mapping[str, Any], part: str) -> dict[str, float]:
-    """A row's reader or judge calls, tokens and dollars: summed over its steps when it has steps."""
+    """A row's reader, judge or memory (a model-built memory's) calls, tokens and dollars: summed over its steps
+    when it has steps."""
     totals = dict.fromkeys(_CALL_FIELDS, 0.0)
     for step in row_steps(row):
         stats = step.get(part) or {}
@@ -537,6 +538,10 @@ class CostSummary:
     first_pass_input_tokens: int = 0
     reread_reader_calls: int = 0
     reread_input_tokens: int = 0
+    # a model-built memory's calls (rows of journal format 3; none before): calls, list price, paid by the jobs
+    memory_calls: int = 0
+    memory_cost_usd: float = 0.0
+    memory_spent_usd: float = 0.0
 
     @property
     def first_pass_mean_input_tokens(self) -> float:
@@ -564,6 +569,7 @@ def cost_summary(runs: Sequence[Sequence[Mapping[str, Any]]]) -> CostSummary:
     rows = [row for run in runs for row in run]
     reader = [row_call_totals(row, "reader") for row in rows]
     judge = [row_call_totals(row, "judge") for row in rows]
+    memory = [row_call_totals(row, "memory") for row in rows]
     split = [step_reader_split(row) for row in rows]
 
     def total(parts: list[dict[str, float]], name: str) -> float:
@@ -589,7 +595,8 @@ def cost_summary(runs: Sequence[Sequence[Mapping[str, Any]]]) -> CostSummary:
         judge_input_tokens=int(total(judge, "input_tokens")),
         judge_cost_usd=total(judge, "cost_usd"),
         judge_spent_usd=total(judge, "spent_usd"),
-        unpriced_calls=int(total(reader, "unpriced_calls") + total(judge, "unpriced_calls")),
+        unpriced_calls=int(total(reader, "unpriced_calls") + total(judge, "unpriced_calls")
+                           + total(memory, "unpriced_calls")),
         reader_cached_input_tokens=int(total(reader, "cached_input_tokens")),
         judge_cached_input_tokens=int(total(judge, "cached_input_tokens")),
         cached_input_at_input_price=int(total(reader, "cached_input_at_input_price")
@@ -598,4 +605,7 @@ def cost_summary(runs: Sequence[Sequence[Mapping[str, Any]]]) -> CostSummary:
         first_pass_input_tokens=sum(first[1] for first, _ in split),
         reread_reader_calls=sum(later[0] for _, later in split),
         reread_input_tokens=sum(later[1] for _, later in split),
+        memory_calls=int(total(memory, "calls")),
+        memory_cost_usd=total(memory, "cost_usd"),
+        memory_spent_usd=total(memory, "spent_usd"),
     )

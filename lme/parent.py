@@ -95,6 +95,7 @@ def run_arbiter(
     if spec.memory is not None:
         metrics[f"{spec.name}.memory_model_cost_usd"] = sum(o.memory_cost_usd for o in outcomes)
         metrics[f"{spec.name}.memory_model_calls_paid"] = float(sum(o.memory_call == "paid" for o in outcomes))
+        metrics[f"{spec.name}.memory_model_calls_failed"] = float(sum(o.memory_call == "failed" for o in outcomes))
     return outcomes, row, metrics, instruction
 
 
@@ -106,9 +107,11 @@ def after_multirun(design: Design, parent: JobRun, settings: TrackingSettings) -
       as `arbiter/outcomes.jsonl`, `instructions/arbiter.txt`, metrics `arbiter.*` and a last row
       of the design's steps.
 
-    Returns False (after saying why on stderr) when a stage failed."""
+    Returns False (after saying why on stderr) when a stage failed, or left questions without its answer
+    because its memory could not be built (a rerun of the sweep runs the stage again)."""
     from lme.answer.steps import steps_table
 
+    whole = True
     try:
         groups = _children_rows(settings, parent.run_id)
         report: dict[str, Any] = {"designs": {}}
@@ -133,9 +136,21 @@ def after_multirun(design: Design, parent: JobRun, settings: TrackingSettings) -
                           f"{chosen} across {len(runs)} runs, {row['failed'] // len(runs)} {stage} calls failed; "
                           f"answers fixed {row['fixed']}, broken {row['broken']}, mean of runs after "
                           f"{row['mean_accuracy']:.3f}; MLflow parent run {parent.run_id}", flush=True)
+                    whole = stage_complete(stage, name, outcomes) and whole
             report["designs"][name] = {"seeds": seeds, "n_runs": len(runs), "steps": table}
         parent.log_text(json.dumps(report, indent=2, sort_keys=True), "steps.json")
     except LmeError as exc:
         print(f"lme: error: after the multirun: {exc}", file=sys.stderr, flush=True)
         return False
-    return True
+    return whole
+
+
+def stage_complete(stage: str, design: str, outcomes: list[Any]) -> bool:
+    """Whether every question the stage chose got its read; else (a memory step failed) say which, on stderr."""
+    failed = [o for o in outcomes if o.memory_error]
+    if not failed:
+        return True
+    print(f"lme: error: {stage}, design {design}: {len(failed)} chosen question(s) have no {stage} answer, their "
+          f"memory could not be built ({failed[0].question_id}: {failed[0].memory_error}); the runs' own answers are "
+          "kept for them. Rerun the same sweep command to run the stage again.", file=sys.stderr, flush=True)
+    return False

@@ -86,7 +86,8 @@ COST_NOTE = (
     "into the first pass and the re-reads (every step after it; the two sum to the totals). Cached input tokens (reader and judge, share of "
     "their input tokens) are those the provider reported serving from its prompt cache; they are priced at the "
     "model's cache-read price where litellm's cost map (or the model's config) has one, else at the input price, "
-    "as the last column says."
+    "as the last column says. A design whose memory is written by a model (a model-built memory) has a "
+    "memory-model column: those calls at list price, served from the cache or not."
 )
 MISSING_NOTE = (
     "A missing or failed answer counts as wrong. LongMemEval's own scripts silently drop a question "
@@ -671,18 +672,22 @@ def cost_table(report: Report) -> str:
               "reader cost / answer", "first pass: calls", "first pass: input tokens (mean / call)",
               "re-reads: calls", "re-reads: input tokens (mean / call)", "cached input tokens",
               "cached input priced at"]
+    memory = any(d.cost.memory_calls for d in report.designs)  # a model-built memory's calls: a column of their own
+    if memory:
+        header[7:7] = ["memory-model calls", "memory-model cost"]
     rows = []
     for d in report.designs:
         c = d.cost
         rows.append([
             d.label, str(c.n_runs), str(c.n_answers), str(c.reader_calls), _mean_tokens(c.mean_input_tokens_per_call),
-            _usd(c.reader_cost_usd), _usd(c.judge_cost_usd), _usd(c.reader_cost_per_answer_usd),
+            _usd(c.reader_cost_usd), _usd(c.judge_cost_usd),
+            *([str(c.memory_calls), _usd(c.memory_cost_usd)] if memory else []), _usd(c.reader_cost_per_answer_usd),
             str(c.first_pass_reader_calls),
             f"{c.first_pass_input_tokens:,} ({_mean_tokens(c.first_pass_mean_input_tokens)})",
             str(c.reread_reader_calls), f"{c.reread_input_tokens:,} ({_mean_tokens(c.reread_mean_input_tokens)})",
             *cached_input_cells(c),
         ])
-    return _table(header, rows, "l" + "r" * 12 + "l")
+    return _table(header, rows, "l" + "r" * (len(header) - 2) + "l")
 
 
 def primary_lines(report: Report) -> list[str]:

@@ -8,6 +8,12 @@ empty answer) keeps it. Every step is recorded in `Outcome.steps`, also a rule
 that did not fire, and the judge rules on the current answer after each step
 (a step that leaves the answer unchanged reuses the verdict, with no call).
 
+A memory that cannot be built (a model-built memory whose call failed or gave no text: `MemoryFailed`)
+ends its question at that step, with no reader call on it: the outcome has no answer and names the memory
+step, its model and the reason (`memory_error`, also `reader_error`), counts as missing like a failed
+first pass, and is asked again on a rerun. The memory's model calls (tokens, dollars, cached or paid) are
+counted per step and per outcome (`memory`).
+
 A re-read whose request (view memory + instruction) was already sent for this
 question, as the second `decline`, carries `"attempt": n` in its payload, so it
 is a new call and not the cached answer of the first; every reader call is
@@ -38,7 +44,7 @@ from lme.data.records import Question
 from lme.errors import LmeError
 from lme.hashing import sha256_text
 from lme.judge import Judge, Verdict
-from lme.memory.base import Memory, MemoryBuilder
+from lme.memory.base import Memory, MemoryBuilder, MemoryFailed
 from lme.models.gateway import CallResult, Gateway
 from lme.models.ledger import BudgetExhausted
 from lme.models.pricing import INPUT
@@ -48,9 +54,10 @@ FIRST_PASS = "first_pass"  # the step name of the first read
 # The format of an `outcomes.jsonl` row, written as its `"format"` key. Format 1 is the rows lme wrote
 # before the key existed: the same fields, no `format`. Readers accept `READABLE_JOURNAL_FORMATS` and refuse
 # any other format rather than misread it; a change to the row that an older reader would misread is a new
-# format (and the previous one stays readable).
-JOURNAL_FORMAT = 2
-READABLE_JOURNAL_FORMATS = (1, 2)
+# format (and the previous one stays readable). Format 3 adds the memory step's model calls (`memory`) and
+# failure (`memory_error`) to the outcome and to each step; rows of formats 1 and 2 read with none.
+JOURNAL_FORMAT = 3
+READABLE_JOURNAL_FORMATS = (1, 2, 3)
 
 
 @dataclass(frozen=True)
@@ -94,6 +101,11 @@ class CallStats:
             result = result + part
         return result
 
+    @classmethod
+    def of_calls(cls, calls: Iterable[CallResult]) -> CallStats:
+        """The calls summed (a memory's model calls: `Memory.model_calls`, `MemoryFailed.calls`)."""
+        return cls.total(cls.of(call) for call in calls)
+
 
 @dataclass(frozen=True)
 class Step:
@@ -112,10 +124,13 @@ class Step:
     reader: CallStats = field(default_factory=CallStats)
     judge: CallStats = field(default_factory=CallStats)
     judge_error: str | None = None  # the judge call on this step's answer failed: why
+    memory: CallStats = field(default_factory=CallStats)  # the model calls of the memory this step built first
+    memory_error: str | None = None  # its memory could not be built (`MemoryFailed`): no reader call was made
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Step:
-        return cls(**{**raw, "reader": CallStats(**raw["reader"]), "judge": CallStats(**raw["judge"])})
+        return cls(**{**raw, "reader": CallStats(**raw["reader"]), "judge": CallStats(**raw["judge"]),
+                      "memory": CallStats(**(raw.get("memory") or {}))})
 
 
 @dataclass(frozen=True)
@@ -135,11 +150,14 @@ class Outcome:
     seconds: float = 0.0
     steps: tuple[Step, ...] = ()  # the first pass, then every configured rule in order
     judge_error: str | None = None  # the verdict on the final answer is missing: why (its judge call failed)
+    memory: CallStats = field(default_factory=CallStats)  # a model-built memory's calls, summed over the steps
+    memory_error: str | None = None  # a memory step failed (`MemoryFailed`): no answer, and why
 
     @property
     def complete(self) -> bool:
-        """The question has an answer and a verdict on it (a rerun asks again for anything less)."""
-        return self.answer is not None and self.judge_error is None
+        """The question has an answer and a verdict on it, every memory built (a rerun asks again for
+        anything less)."""
+        return self.answer is not None and self.judge_error is None and self.memory_error is None
 
     @property
     def verdict(self) -> str:
@@ -162,6 +180,7 @@ class Outcome:
             **raw,
             "reader": CallStats(**raw["reader"]),
             "judge": CallStats(**raw["judge"]),
+            "memory": CallStats(**(raw.get("memory") or {})),
             "steps": tuple(Step.from_dict(step) for step in raw.get("steps") or ()),
         })
 
@@ -352,26 +371,30 @@ async def answer_question(
     verdicts: dict[str | None, Verdict] = {}
     sent: Counter[tuple[str, str]] = Counter()
 
-    async def memory_for(view: str) -> Memory:
-        if view not in memories:
-            begun = time.time_ns()
-            memories[view] = await asyncio.to_thread(builders[view].build, question)
-            if record is not None:
-                record.memories.append(MemoryEvent(view, memories[view], begun, time.time_ns()))
-        return memories[view]
+    async def memory_for(view: str) -> tuple[Memory, CallStats]:
+        """The view's memory and what its model calls cost (nothing once built for this question); a memory
+        step that fails raises `MemoryFailed`."""
+        if view in memories:
+            return memories[view], CallStats()
+        begun = time.time_ns()
+        memories[view] = await asyncio.to_thread(builders[view].build, question)
+        if record is not None:
+            record.memories.append(MemoryEvent(view, memories[view], begun, time.time_ns()))
+        return memories[view], CallStats.of_calls(memories[view].model_calls)
 
-    async def read(step: str, view: str, text: str) -> CallResult:
+    async def read(step: str, view: str, text: str) -> tuple[CallResult, CallStats]:
+        memory, memory_stats = await memory_for(view)
         sent[(view, text)] += 1
         attempt = sent[(view, text)]
         messages = build_reader_messages(
-            text, question, await memory_for(view), reader.instruction_role,
+            text, question, memory, reader.instruction_role,
             extra={"attempt": attempt} if attempt > 1 else None, payload=reader.payload,
         )
         begun = time.time_ns()
         call = empty_as_failed(await gateway.complete(reader.model, messages, seed=seed))
         if record is not None:
             record.reads.append(ReadEvent(step, view, messages, call, attempt, begun, time.time_ns()))
-        return call
+        return call, memory_stats
 
     async def verdict_on(answer: str | None, step: str) -> tuple[Verdict | None, CallStats]:
         """The judge's verdict on `answer`; an answer already judged for this question costs nothing."""
@@ -387,22 +410,31 @@ async def answer_question(
         return verdict, CallStats.of(verdict.call)
 
     instruction = route_instruction(routes, question.question, instruction)  # the question text only
-    call = await read(FIRST_PASS, FIRST_PASS_VIEW, instruction)
-    answer, error = answer_of(call)
-    verdict, judge_stats = await verdict_on(answer, FIRST_PASS)
-    steps = [Step(
-        rule=FIRST_PASS, view=FIRST_PASS_VIEW, instruction_sha256=sha256_text(instruction), chosen=True,
-        reread=False, failed=error is not None, error=error, step_answer=answer, answer=answer,
-        correct=verdict.correct if verdict else None, reader=CallStats.of(call), judge=judge_stats,
-        judge_error=judge_error_of(verdict, judge_stats),
-    )]
-    first_error = error
-    for step in rules:
+    steps: list[Step] = []
+    answer, verdict, first_error = None, None, None
+    try:
+        call, memory_stats = await read(FIRST_PASS, FIRST_PASS_VIEW, instruction)
+    except MemoryFailed as failed:  # no reader call on a memory that is not the design's
+        steps.append(memory_failed_step(FIRST_PASS, FIRST_PASS_VIEW, instruction, failed))
+    else:
+        answer, first_error = answer_of(call)
+        verdict, judge_stats = await verdict_on(answer, FIRST_PASS)
+        steps.append(Step(
+            rule=FIRST_PASS, view=FIRST_PASS_VIEW, instruction_sha256=sha256_text(instruction), chosen=True,
+            reread=False, failed=first_error is not None, error=first_error, step_answer=answer, answer=answer,
+            correct=verdict.correct if verdict else None, reader=CallStats.of(call), judge=judge_stats,
+            judge_error=judge_error_of(verdict, judge_stats), memory=memory_stats,
+        ))
+    for step in rules if not steps[0].memory_error else ():
         rule = step.rule
         chosen = rule.fires(question.question, answer)  # the rule sees the question text and the answer only
-        call, step_answer, error, judge_stats = None, None, None, CallStats()
+        call, step_answer, error, judge_stats, memory_stats = None, None, None, CallStats(), CallStats()
         if chosen:
-            call = await read(rule.name, rule.view, step.instruction)
+            try:
+                call, memory_stats = await read(rule.name, rule.view, step.instruction)
+            except MemoryFailed as failed:  # the question stops here: a rerun asks it again
+                steps.append(memory_failed_step(rule.name, rule.view, step.instruction, failed))
+                break
             step_answer, error = answer_of(call)
             if step_answer is not None:
                 answer = step_answer
@@ -411,9 +443,12 @@ async def answer_question(
             rule=rule.name, view=rule.view, instruction_sha256=sha256_text(step.instruction), chosen=chosen,
             reread=call is not None, failed=error is not None, error=error, step_answer=step_answer, answer=answer,
             correct=verdict.correct if verdict else None, reader=CallStats.of(call), judge=judge_stats,
-            judge_error=judge_error_of(verdict, judge_stats),
+            judge_error=judge_error_of(verdict, judge_stats), memory=memory_stats,
         ))
-    first_memory = memories[FIRST_PASS_VIEW]
+    memory_error = steps[-1].memory_error  # a failed memory step is the question's last
+    if memory_error is not None:  # the design's steps did not all run: no final answer, so no verdict
+        answer, verdict = None, None
+    first_memory = memories.get(FIRST_PASS_VIEW)
     if record is not None:
         record.end_ns = time.time_ns()
     return Outcome(
@@ -422,16 +457,27 @@ async def answer_question(
         abstention=question.is_abstention,
         answer=answer,
         correct=bool(verdict and verdict.correct),
-        reader_error=first_error if answer is None else None,
+        reader_error=(memory_error or first_error) if answer is None else None,
         judge_reply=verdict.reply if verdict else None,
-        judge_note=verdict.note if verdict else "not judged",
-        memory_bytes=first_memory.n_bytes,
-        memory_turns=len(first_memory.turn_ids),
+        judge_note=verdict.note if verdict else ("no answer: a memory step failed" if memory_error else "not judged"),
+        memory_bytes=first_memory.n_bytes if first_memory is not None else 0,
+        memory_turns=len(first_memory.turn_ids) if first_memory is not None else 0,
         reader=CallStats.total(s.reader for s in steps),
         judge=CallStats.total(s.judge for s in steps),
         seconds=round(time.perf_counter() - started, 4),
         steps=tuple(steps),
         judge_error=verdict.error if verdict is not None else None,
+        memory=CallStats.total(s.memory for s in steps),
+        memory_error=memory_error,
+    )
+
+
+def memory_failed_step(rule: str, view: str, instruction: str, failed: MemoryFailed) -> Step:
+    """The step whose memory could not be built: no reader call, no answer after it, the failed calls' cost."""
+    return Step(
+        rule=rule, view=view, instruction_sha256=sha256_text(instruction), chosen=True, reread=False, failed=True,
+        error=str(failed), step_answer=None, answer=None, correct=None,
+        memory=CallStats.of_calls(failed.calls), memory_error=str(failed),
     )
 
 

@@ -200,18 +200,24 @@ def test_the_failures_line_counts_calls_by_class_and_missing_answers():
 # --- the journal's row format --------------------------------------------------------
 
 
-def test_journal_rows_carry_the_format_and_rows_of_format_1_and_2_read(parts, tmp_path):
+def test_journal_rows_carry_the_format_and_rows_of_earlier_formats_read(parts, tmp_path):
     from lme.run import JOURNAL_FORMAT, Outcome
 
     journal = Journal(tmp_path / "outcomes.jsonl")
     outcomes, _ = _run(parts, journal)
     rows = [json.loads(line) for line in journal.path.read_text().splitlines()]
-    assert JOURNAL_FORMAT == 2 and all(row["format"] == 2 for row in rows)
+    assert JOURNAL_FORMAT == 3 and all(row["format"] == 3 for row in rows)
     assert all(Outcome.from_dict(row) in outcomes for row in rows)
     # format 1: today's rows less the key, as lme wrote them before it existed
     journal.path.write_text("".join(json.dumps({k: v for k, v in row.items() if k != "format"}) + "\n" for row in rows))
     kept, dropped = journal.resume()
     assert sorted(kept) == sorted(o.question_id for o in outcomes) and dropped == {"broken": 0, "incomplete": 0}
+    assert {o.question_id: o for o in journal.read()} == {o.question_id: o for o in outcomes}
+    # format 2: today's rows less the memory step's fields (format 3 added them), which then read as none
+    older = [{k: v for k, v in row.items() if k not in ("memory", "memory_error")} | {"format": 2} for row in rows]
+    for row in older:
+        row["steps"] = [{k: v for k, v in step.items() if k not in ("memory", "memory_error")} for step in row["steps"]]
+    journal.path.write_text("".join(json.dumps(row) + "\n" for row in older))
     assert {o.question_id: o for o in journal.read()} == {o.question_id: o for o in outcomes}
     # a journal holding both formats reads whole too
     mixed = [json.dumps(row) for row in rows[:4]] + [json.dumps({k: v for k, v in row.items() if k != "format"})
@@ -239,6 +245,6 @@ def test_a_row_of_an_unknown_format_is_refused_naming_the_file_and_never_dropped
     assert journal.path.read_text() == text  # nothing dropped, nothing rewritten
     with pytest.raises(LmeError, match="format 99"):
         Outcome.from_dict(future)
-    for odd in ("2", None, True, 1.0, 3):
+    for odd in ("2", None, True, 1.0, 4):
         with pytest.raises(LmeError):
             Outcome.from_dict({**future, "format": odd}, tmp_path / "x.jsonl")

@@ -4,13 +4,14 @@
 
 A job folder is a folder holding `outcomes.jsonl` (the job's journal) and Hydra's `.hydra/`; every job
 folder under the FOLDERs (default: `multirun/` and `outputs/`) counts, whatever became of its design
-(discarded designs, designs whose file is gone). Its journal gives, per question and step, the reader's
-and the judge's calls, those served from the call cache, tokens and dollars. Its ledger (the SQLite file
+(discarded designs, designs whose file is gone). Its journal gives, per question and step, the reader's,
+the judge's and a model-built memory's calls, those served from the call cache, tokens and dollars. Its ledger (the SQLite file
 of `budget.ledger_path`, shared by every job of a study; read from the job's own config) holds one row per
 paid call, written under the job's name (`budget.job`, else its output folder); the arbiter's calls are
 written as `arbiter:DESIGN`.
 
-Per design: jobs, reader and judge calls, calls served from the cache and what they cost when they were
+Per design: jobs, reader and judge calls (and memory-model calls, when a design has a model-built memory),
+calls served from the cache and what they cost when they were
 first paid (the price the cache recorded), the paid calls with their tokens and dollars (the ledger's
 rows), and a total line. Paid dollars are the ledger's: a paid call at its cost, an interrupted call
 (sent when its process died, maybe billed) at its reserved maximum, a failed call at nothing, exactly as
@@ -205,7 +206,8 @@ class Spend:
     seeds: list[str] = field(default_factory=list)
     reader_calls: int = 0
     judge_calls: int = 0
-    cached_calls: int = 0  # reader and judge calls served from the call cache
+    memory_calls: int = 0  # a model-built memory's calls (journals of format 3)
+    cached_calls: int = 0  # reader, judge and memory-model calls served from the call cache
     cached_original_usd: float = 0.0  # what those cost when first paid (the price the cache recorded)
     journal_spent_usd: float = 0.0  # paid, as the journals record it
     list_usd: float = 0.0  # the journals' calls at list price, cache hits included
@@ -224,13 +226,10 @@ class Spend:
         from lme.measures import row_call_totals
 
         for row in rows:
-            for part in ("reader", "judge"):
+            for part in ("reader", "judge", "memory"):
                 totals = row_call_totals(row, part)
-                calls = int(totals["calls"])
-                if part == "reader":
-                    self.reader_calls += calls
-                else:
-                    self.judge_calls += calls
+                name = f"{part}_calls"
+                setattr(self, name, getattr(self, name) + int(totals["calls"]))
                 self.cached_calls += int(totals["cached_calls"])
                 self.cached_original_usd += totals["cost_usd"] - totals["spent_usd"]
                 self.journal_spent_usd += totals["spent_usd"]
@@ -347,21 +346,23 @@ def _usd(value: float) -> str:
 
 HEADER = ["design", "jobs", "reader calls", "judge calls", "from cache: calls", "from cache: first paid",
           "paid calls", "input tokens (paid)", "output tokens (paid)", "paid"]
+MEMORY_COLUMN = "memory-model calls"  # after the judge's, when a design has a model-built memory
 
 
-def _line(spend: Spend, journals: bool = True) -> list[str]:
+def _line(spend: Spend, journals: bool = True, memory: bool = False) -> list[str]:
     paid = str(spend.paid_calls) + (f" (+{spend.interrupted_calls} interrupted)" if spend.interrupted_calls else "")
     if journals:
-        cells = [str(spend.reader_calls), str(spend.judge_calls), str(spend.cached_calls),
-                 _usd(spend.cached_original_usd)]
+        cells = [str(spend.reader_calls), str(spend.judge_calls), *([str(spend.memory_calls)] if memory else []),
+                 str(spend.cached_calls), _usd(spend.cached_original_usd)]
     else:
-        cells = ["-", "-", "-", "-"]
+        cells = ["-"] * (5 if memory else 4)
     return [spend.name, str(spend.jobs), *cells, paid, f"{spend.input_tokens:,}", f"{spend.output_tokens:,}",
             _usd(spend.paid_usd)]
 
 
 COST_NOTE = (
-    "Calls and cache hits are the journals' (every step of every question, reader and judge); paid calls, their "
+    "Calls and cache hits are the journals' (every step of every question: reader, judge and a model-built "
+    "memory's calls); paid calls, their "
     "tokens and dollars are the ledger's rows (an interrupted call at its reserved maximum, a failed one at nothing, "
     "as the caps count them). A call served from the call cache cost nothing now; \"first paid\" is what it cost "
     "when it was paid (the price the cache recorded with the response). The total is every row of the ledger(s), "
@@ -370,10 +371,12 @@ COST_NOTE = (
 
 
 def render(spend: StudySpend) -> str:
-    rows = [_line(s) for s in spend.designs]
+    memory = spend.total.memory_calls > 0
+    rows = [_line(s, memory=memory) for s in spend.designs]
     if spend.other is not None:
-        rows.append(_line(spend.other, journals=False))
-    rows.append(_line(spend.total))
+        rows.append(_line(spend.other, journals=False, memory=memory))
+    rows.append(_line(spend.total, memory=memory))
+    header = [*HEADER[:4], MEMORY_COLUMN, *HEADER[4:]] if memory else HEADER
     lines = ["# lme cost", ""]
     ledgers = "; ".join(f"{path} ({n} rows)" for path, n in spend.ledgers) or "none found"
     lines.append(f"- Job folders under {', '.join(spend.folders)}: {spend.total.jobs - (spend.other.jobs if spend.other else 0)}.")
@@ -382,7 +385,7 @@ def render(spend: StudySpend) -> str:
     unpriced = spend.total.unpriced_calls
     if unpriced:
         lines.append(f"- {unpriced} paid call(s) have no price: the dollars are a lower bound.")
-    lines += ["", "| " + " | ".join(HEADER) + " |", "|---|" + "--:|" * (len(HEADER) - 1)]
+    lines += ["", "| " + " | ".join(header) + " |", "|---|" + "--:|" * (len(header) - 1)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     t = spend.total
     lines += ["", f"Total spent: {_usd(t.paid_usd)} over {t.paid_calls + t.interrupted_calls} paid call(s)"

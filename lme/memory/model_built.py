@@ -22,14 +22,15 @@ its retries and limits. The model's reply (cut at a line to `output_max_bytes`) 
 - `append`: the output follows the user log, before the replies (design 15's ledger appended to
   the user log); if the memory then exceeds `max_bytes`, the last replies are dropped, whole.
 
-A failed or empty model reply leaves the inner memory unchanged, its reason in `notes["model_error"]`.
-Every memory's `notes` say what the call did (`model_call`: paid | cached | failed) and its tokens
+A failed or empty model reply raises `MemoryFailed` (naming this step, its model and the reason): the
+question gets no answer and no reader call on a memory that is not the design's, and a rerun asks it
+again (`lme.run`). A built memory carries its call in `model_calls` (the question's outcome counts its
+tokens and dollars), and its `notes` say what the call did (`model_call`: paid | cached) and its tokens
 and dollars.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, ClassVar
@@ -37,7 +38,7 @@ from typing import Any, ClassVar
 from lme.budget import utf8_len
 from lme.data.records import Question
 from lme.errors import LmeError
-from lme.memory.base import Memory, MemoryBuilder
+from lme.memory.base import Memory, MemoryBuilder, MemoryFailed
 from lme.models.gateway import CallResult, Gateway
 from lme.models.spec import ModelSpec
 
@@ -138,23 +139,6 @@ class ModelBuiltMemoryBuilder:
         self.name = name
         self.gateway: Gateway | None = None
         self.planned: list[list[dict[str, Any]]] | None = None  # `plan_only`: the requests, none sent
-        self._totals: dict[str, float] = {}  # what this builder's calls did (`totals`), summed across threads
-        self._lock = threading.Lock()
-
-    def totals(self) -> dict[str, float]:
-        """This builder's calls so far, as job metrics: `memory_model_calls` (paid, cached, failed), tokens,
-        `memory_model_spent_usd` (what the paid ones cost)."""
-        with self._lock:
-            return dict(self._totals)
-
-    def _count(self, call: CallResult) -> None:
-        kind = "failed" if not call.ok else ("cached" if call.cached else "paid")
-        with self._lock:
-            for key, value in (("memory_model_calls", 1), (f"memory_model_calls_{kind}", 1),
-                               ("memory_model_input_tokens", call.input_tokens),
-                               ("memory_model_output_tokens", call.output_tokens),
-                               ("memory_model_spent_usd", (call.cost_usd or 0.0) if kind == "paid" else 0.0)):
-                self._totals[key] = self._totals.get(key, 0) + value
 
     def plan_only(self) -> None:
         """From now on, `build` sends nothing: it records each request in `planned` and returns the inner
@@ -200,22 +184,21 @@ class ModelBuiltMemoryBuilder:
             self.planned.append(messages)
             return replace(memory, notes={**memory.notes, "model_call": "planned"})
         call = self._call(messages)
-        self._count(call)
+        output = (call.text or "").strip()
+        if not call.ok or not output:  # never a reader call on a memory that is not the design's
+            reason = call.error or "EmptyAnswer: the model's reply holds no text"
+            raise MemoryFailed(self.name, self.model.model, reason, (replace(call, text=None, error=reason),))
         notes = {
             **memory.notes,
             "builder": self.name,
             "inner_builder": memory.notes.get("builder", getattr(self.inner, "name", "?")),
             "model": self.model.model,
-            "model_call": "failed" if not call.ok else ("cached" if call.cached else "paid"),
+            "model_call": "cached" if call.cached else "paid",
             "model_input_bytes": str(utf8_len(messages[1]["content"])),
             "model_input_tokens": str(call.input_tokens),
             "model_output_tokens": str(call.output_tokens),
             "model_cost_usd": repr(call.cost_usd or 0.0),
         }
-        output = (call.text or "").strip()
-        if not call.ok or not output:
-            notes["model_error"] = call.error or "EmptyAnswer: the model's reply holds no text"
-            return replace(memory, notes=notes)
         output = cut_at_line(output, self.output_max_bytes)
         notes["model_output_bytes"] = str(utf8_len(output))
         block = f"{self.title}\n{output}"
@@ -241,7 +224,7 @@ class ModelBuiltMemoryBuilder:
             notes["replies"] = str(len(reply_ids))
         notes["model_part_bytes"] = str(utf8_len(block))
         return Memory(text=text, n_bytes=utf8_len(text), turn_ids=turn_ids, skipped_turn_ids=memory.skipped_turn_ids,
-                      notes=notes, ranking=memory.ranking)
+                      notes=notes, ranking=memory.ranking, model_calls=(*memory.model_calls, call))
 
 
 def model_built(builders: list[Any]) -> list[ModelBuiltMemoryBuilder]:

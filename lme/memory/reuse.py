@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from lme.data.load import file_identity  # noqa: F401  (a memory key names its data file by it)
@@ -48,10 +48,19 @@ class ReusedMemory:
             memories = _STORE.setdefault(self.digest, {})
             memory = memories.get(question.question_id)
         if memory is None:
-            memory = self.builder.build(question)
+            memory = self.builder.build(question)  # a failed memory (`MemoryFailed`) is not kept
             with _LOCK:
                 memories[question.question_id] = memory
+            return memory
+        return reused(memory)
+
+
+def reused(memory: Memory) -> Memory:
+    """A kept memory as a later job sees it: the model calls that built it (a model-built memory) were paid by
+    the job that built it, so here they count as served from the cache (list price kept, nothing spent)."""
+    if not memory.model_calls:
         return memory
+    return replace(memory, model_calls=tuple(replace(call, cached=True) for call in memory.model_calls))
 
 
 def keep_only(digests: set[str]) -> None:

@@ -27,7 +27,7 @@ from judging import OFFLINE_TEMPLATES
 
 CONF = lme.CONF_DIR
 STEP_FIELDS = ["rule", "view", "instruction_sha256", "chosen", "reread", "failed", "error", "step_answer", "answer",
-               "correct", "reader", "judge", "judge_error"]
+               "correct", "reader", "judge", "judge_error", "memory", "memory_error"]
 
 
 @pytest.fixture(scope="module")
