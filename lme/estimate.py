@@ -13,7 +13,13 @@ the reader would see, counts the reader's input tokens with litellm's
   question (0 to all);
 - the judge as an upper bound: one call per answer it may see (the first
   answer and each re-read's), its prompt counted with the longest answer the
-  reader may give.
+  reader may give;
+- a model-built memory's calls (once for all seeds: they carry no seed), the
+  requests it would send, those already cached free;
+- a cross-run stage (`arbiter`: designs 7, 13, 15) as an upper bound, since
+  which questions' runs disagree is known only after the runs: every question
+  its `select` rule picks (all without one) read once, judged once, and its
+  stage memory written once; none with fewer than two seeds.
 
 No model is called. Offline models cost nothing; a model without a price in
 litellm's cost map (and none set on the model) is reported as unpriced.
@@ -75,6 +81,38 @@ class DesignEstimate:
     rules_possible: dict[str, int]  # answer-text rule -> occurrences in order (each may fire on any question)
     seeds: tuple[SeedEstimate, ...]
     notes: tuple[str, ...] = ()
+    stage: StageEstimate | None = None  # the design's cross-run stage (`arbiter`), an upper bound
+
+
+@dataclass(frozen=True)
+class PlannedCalls:
+    """The requests a model-built memory would send (`plan_only`): distinct requests, those already in the
+    call cache, input tokens and the most dollars of those still to pay."""
+
+    model: str
+    requests: int
+    cached: int
+    input_tokens: int
+    dollars_max: float | None
+    prices: tuple[float, float] | None
+
+
+@dataclass(frozen=True)
+class StageEstimate:
+    """A cross-run stage (`lme.arbiter`) as an upper bound: it reads the questions whose runs disagree (and its
+    `select` rule picks), which only the runs tell; so every question it may pick is counted, once for all
+    seeds (its calls are keyed by the lowest seed)."""
+
+    name: str
+    runs: int  # the seeds planned: the stage runs only with two or more
+    questions_max: int  # the questions it may read: those its select rule picks, else every question
+    selected_by_rule: bool
+    reader_calls_max: int
+    input_tokens_max: int  # its requests, the runs' earlier answers (when shown) each as long as the reader may write
+    reader_dollars_max: float | None  # input + every call's maximum output
+    judge_calls_max: int
+    judge_dollars_max: float | None
+    memory: PlannedCalls | None = None  # its own model-built memory (a ledger): at most one call per question
 
 
 def _dollars(prices: tuple[float, float] | None, input_tokens: int, output_tokens: int) -> float | None:
@@ -199,8 +237,12 @@ def estimate_design(design: Design, seeds: Sequence[int], progress: bool = False
     from lme.memory.model_built import model_built
 
     writers = model_built(list(views.values()))  # a model-built memory: its requests counted, none sent
-    for writer in writers:
+    stage = design.arbiter if len(seeds) >= 2 else None  # a cross-run stage needs two runs at least
+    stage_builder = stage_memory(design, stage, views, retriever) if stage is not None else None
+    for writer in model_built([*views.values(), stage_builder]):
         writer.plan_only()
+    stage_reads: list[int] = []  # the stage's input tokens per question it may read
+    stage_judge: list[int] = []  # the judge's prompt tokens (empty answer) for those questions
     try:
         judge = design.judge.build()
     except LmeError as exc:
@@ -241,9 +283,18 @@ def estimate_design(design: Design, seeds: Sequence[int], progress: bool = False
             else:
                 question_reads.append(read_cost(rule.name, rule.view, step.instruction, False))
         reads.append(question_reads)
+        judge_tokens = 0
         if judge is not None:
             prompt = build_judge_prompt(judge.templates, question, "")
-            judge_base.append(count_input_tokens(judge.model.model, [{"role": "user", "content": prompt}]))
+            judge_tokens = count_input_tokens(judge.model.model, [{"role": "user", "content": prompt}])
+            judge_base.append(judge_tokens)
+        if stage is not None and stage_builder is not None and (stage.select is None
+                                                                or stage.select.fires(question.question, None)):
+            memory = memories.get(stage.view) if stage.memory is None else None
+            messages = stage_messages(stage, question, memory or stage_builder.build(question), reader,
+                                      len(seeds), max_output or 0)
+            stage_reads.append(count_input_tokens(spec.model, messages))
+            stage_judge.append(judge_tokens)
         if progress and number % 50 == 0:
             print(f"  {number}/{len(questions)} memories built", file=sys.stderr, flush=True)
     rules_possible.update(step.rule.name for step in rules if step.rule.on != "question")
@@ -264,6 +315,20 @@ def estimate_design(design: Design, seeds: Sequence[int], progress: bool = False
         )
         for seed in seeds
     )
+    stage_estimate = None
+    if stage is not None:
+        stage_writer = next(iter(model_built([stage_builder])), None) if stage.memory is not None else None
+        stage_estimate = StageEstimate(
+            name=stage.name, runs=len(seeds), questions_max=len(stage_reads), selected_by_rule=stage.select is not None,
+            reader_calls_max=len(stage_reads), input_tokens_max=sum(stage_reads),
+            reader_dollars_max=_dollars(reader_prices, sum(stage_reads), len(stage_reads) * (max_output or 0)),
+            judge_calls_max=len(stage_reads) if judge is not None else 0,
+            judge_dollars_max=_dollars(judge_prices, sum(stage_judge) + len(stage_judge) * (max_output or 0),
+                                       len(stage_judge) * judge_max_output) if judge is not None else None,
+            memory=planned_calls(stage_writer, design.cache_dir) if stage_writer is not None else None,
+        )
+    elif design.arbiter is not None:
+        notes.append(f"cross-run stage {design.arbiter.name}: not counted, it needs at least 2 seeds (seed=1,2,3)")
     return DesignEstimate(
         design=design.name,
         dataset=design.dataset.name,
@@ -278,13 +343,41 @@ def estimate_design(design: Design, seeds: Sequence[int], progress: bool = False
         rules_possible=dict(rules_possible),
         seeds=estimates,
         notes=tuple(notes),
+        stage=stage_estimate,
     )
+
+
+def stage_memory(design: Design, stage: Any, views: dict[str, Any], retriever: Any) -> Any:
+    """The memory a cross-run stage reads: its own (`arbiter.memory`, built as the parent builds it), else its view."""
+    if stage.memory is not None:
+        return stage.memory.build(retriever=retriever)
+    return views.get(stage.view) or design.build_view(retriever)
+
+
+def stage_messages(stage: Any, question: Any, memory: Any, reader: Any, runs: int, max_output: int) -> list[dict[str, Any]]:
+    """A cross-run stage's request for `question`, as large as it may be: the runs' earlier answers (when the
+    stage shows them) each as long as the reader may write (`max_output` words of one token)."""
+    from lme.answer.reader import build_reader_messages
+
+    longest = " ".join(["x"] * max_output)
+    extra = {"earlier_answers": [longest] * runs} if stage.earlier_answers else None
+    return build_reader_messages(stage.instruction, question, memory, reader.instruction_role, extra=extra,
+                                 payload=reader.payload)
 
 
 def model_built_note(writer: Any, cache_dir: Path) -> str:
     """One line on a model-built memory's calls (`lme.memory.model_built`): one per distinct request, for every
     seed together (they carry no seed), those already in the call cache free; the reader's input above is
     counted over its inner memory, without the model's output."""
+    planned = planned_calls(writer, cache_dir)
+    return (f"memory {writer.name} ({planned.model}): {planned.requests} model calls for all seeds together, "
+            f"{planned.cached} already cached; {planned.input_tokens} input tokens to pay, at most "
+            f"{_money(planned.dollars_max)} ({_price_note(planned.prices).strip(' ()')}); "
+            "the reader's input is counted over its inner memory, without the model's output")
+
+
+def planned_calls(writer: Any, cache_dir: Path) -> PlannedCalls:
+    """What a model-built memory in `plan_only` mode would send: one call per distinct request (no seed)."""
     from lme.models.cache import call_key
     from lme.models.pricing import count_input_tokens, max_output_tokens
 
@@ -295,9 +388,7 @@ def model_built_note(writer: Any, cache_dir: Path) -> str:
     tokens = sum(count_input_tokens(spec.model, messages) for messages in to_pay)
     prices = _prices(spec)
     dollars = _dollars(prices, tokens, len(to_pay) * (max_output_tokens(spec) or 0))
-    return (f"memory {writer.name} ({spec.model}): {len(requests)} model calls for all seeds together, "
-            f"{len(cached)} already cached; {tokens} input tokens to pay, at most {_money(dollars)} ({_price_note(prices).strip(' ()')}); "
-            "the reader's input is counted over its inner memory, without the model's output")
+    return PlannedCalls(spec.model, len(requests), len(cached), tokens, dollars, prices)
 
 
 # -- printing ---------------------------------------------------------------------------------------
@@ -362,5 +453,26 @@ def format_estimate(estimate: DesignEstimate) -> str:
         total_low = None if None in low else sum(low)  # type: ignore[arg-type]
         total_high = None if None in high else sum(high)  # type: ignore[arg-type]
         lines.append(f"  all {len(estimate.seeds)} seeds: reader {_money(total_low)} .. {_money(total_high)}")
+    if estimate.stage is not None:
+        lines.extend(stage_lines(estimate.stage, estimate.n_questions))
     lines.extend(f"  note: {note}" for note in estimate.notes)
     return "\n".join(lines)
+
+
+def stage_lines(stage: StageEstimate, n_questions: int) -> list[str]:
+    """The printed lines of a cross-run stage: an upper bound, and why."""
+    which = (f"the {stage.questions_max} of {n_questions} questions its select rule picks" if stage.selected_by_rule
+             else f"all {stage.questions_max} questions")
+    lines = [
+        f"  cross-run stage {stage.name} (after the {stage.runs} runs, once for all of them): an UPPER BOUND, as if "
+        f"the runs disagreed on {which}; which questions disagree is known only after the runs",
+        f"    reader <= {stage.reader_calls_max} calls, <= {stage.input_tokens_max:,} input tokens, at most "
+        f"{_money(stage.reader_dollars_max)}; judge <= {stage.judge_calls_max} calls, at most "
+        f"{_money(stage.judge_dollars_max)}",
+    ]
+    if stage.memory is not None:
+        m = stage.memory
+        lines.append(f"    its memory ({m.model}, a model-built memory): <= {m.requests} calls, {m.cached} already "
+                     f"cached; <= {m.input_tokens:,} input tokens to pay, at most {_money(m.dollars_max)} "
+                     f"({_price_note(m.prices).strip(' ()')}); the reader's input above is counted over its inner memory")
+    return lines

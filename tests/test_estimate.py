@@ -18,7 +18,7 @@ from lme.cli import compose_config
 from lme.design import design_from_config
 from lme.cli.estimate import main
 from lme.compose import expand_sweeps
-from lme.estimate import estimate_design, format_estimate
+from lme.estimate import estimate_design, format_estimate, stage_lines
 from lme.models.pricing import count_input_tokens
 
 pytestmark = pytest.mark.usefixtures("warm_litellm", "test_key")
@@ -114,3 +114,57 @@ def test_format_marks_unpriced_models():
     seed = SeedEstimate(1, 2, 0, 10, 0, 0, 0, None, None, None, None, 2, None, None)
     text = format_estimate(DesignEstimate("d", "s", 2, "x/y", "j", None, None, None, (4, 6), {}, {}, (seed,)))
     assert "no known price" in text and "unpriced" in text and "re-reads: none configured" in text
+
+
+def test_a_cross_run_stage_is_counted_as_an_upper_bound_with_its_model_built_ledger(tmp_path):
+    """Design 13: the counting ledger stage after the runs. Which questions disagree is unknown before the runs,
+    so every question its select rule picks is counted: one reader call, one judge call and one ledger call each,
+    once for all seeds; with one seed the stage does not run and is not counted."""
+    from lme.answer.reader import build_reader_messages
+    from lme.data.dataset import load_dataset
+    from lme.design import compose_design
+
+    ids = ["ba26d851", "95e38180", "900f72f7", "fe656bef", "8dff06d2", "d82c07cd"]  # four counting questions
+    base = ["+design=study/13_ledger_replace", "retriever=fts5", "question_ids=[" + ",".join(f"'{i}'" for i in ids) + "]",
+            f"cache_dir={tmp_path}",
+            "memory/writer@arbiter.memory.model=gpt5_nano", "reader.model.model=openai/gpt-4o-mini",
+            f"++reader.model.input_cost_per_token={PRICE_IN}", f"++reader.model.output_cost_per_token={PRICE_OUT}",
+            "++reader.model.params.max_tokens=100"]
+    design = compose_design(base)
+    _, questions = load_dataset(design.dataset)
+    counting = [q for q in questions if design.arbiter.select.fires(q.question, None)]
+    assert 0 < len(counting) < len(questions)
+
+    estimate = estimate_design(design, [1, 2, 3])
+    stage = estimate.stage
+    assert stage is not None and stage.name == "ledger" and stage.runs == 3 and stage.selected_by_rule
+    assert stage.questions_max == stage.reader_calls_max == stage.judge_calls_max == len(counting)
+    assert stage.memory is not None and stage.memory.model == "openai/gpt-5-nano"
+    assert stage.memory.requests == len(counting) and stage.memory.cached == 0 and stage.memory.dollars_max > 0
+    # its requests over the ledger's inner memory (no earlier answers: design 13 shows none), as tokens counted
+    inner = design.arbiter.memory.build(retriever=design.build_retriever()).inner
+    reader = design.reader.build()
+    tokens = sum(count_input_tokens("openai/gpt-4o-mini", build_reader_messages(
+        design.arbiter.instruction, q, inner.build(q), reader.instruction_role, payload=reader.payload))
+        for q in counting)
+    assert stage.input_tokens_max == tokens
+    assert stage.reader_dollars_max == pytest.approx(tokens * PRICE_IN + len(counting) * 100 * PRICE_OUT)
+    text = format_estimate(estimate)
+    assert "cross-run stage ledger" in text and "UPPER BOUND" in text
+    assert f"the {len(counting)} of {len(questions)} questions its select rule picks" in text
+    assert "its memory (openai/gpt-5-nano, a model-built memory)" in text
+    assert not (tmp_path / "calls.sqlite").exists()  # nothing sent
+
+    one = estimate_design(design, [1])
+    assert one.stage is None and any("cross-run stage ledger: not counted" in n for n in one.notes)
+
+
+def test_an_arbiter_showing_the_runs_answers_counts_them_at_their_longest(tmp_path):
+    from lme.design import compose_design
+
+    design = compose_design(["+design=study/07_arbiter", "retriever=fts5", "limit=4", f"cache_dir={tmp_path}",
+                             "reader.model.model=openai/gpt-4o-mini", "++reader.model.params.max_tokens=50"])
+    two, three = (estimate_design(design, seeds).stage for seeds in ([1, 2], [1, 2, 3]))
+    assert two.questions_max == three.questions_max == 4 and not two.selected_by_rule and two.memory is None
+    assert three.input_tokens_max - two.input_tokens_max >= 4 * 50  # one more earlier answer of 50 tokens each
+    assert "all 4 questions" in "\n".join(stage_lines(two, 4))
