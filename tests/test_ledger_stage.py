@@ -79,3 +79,58 @@ def test_the_ledger_stage_rereads_only_disagreeing_counting_questions_over_the_l
     assert metrics["ledger.questions_chosen"] == 2 and metrics["ledger.memory_model_calls_paid"] == 2
     text = artifact(tmp_path, parent.info.run_id, "instructions/ledger.txt").rstrip("\n")
     assert parent.data.params["instruction.ledger.sha256"] == sha256_text(text) and "counting ledger" in text
+
+
+def test_a_ledger_whose_model_call_fails_reads_nothing_for_that_question_and_fails_the_sweep_until_rerun(tmp_path):
+    """The stage's ledger written by GPT-5 nano on a loopback server whose first reply is a 500: no stage read for
+    that question, the parent run fails and the sweep exits 5; the same sweep run again (its jobs resumed, calls
+    from the cache) writes the ledger and exits 0."""
+    from loopback import LoopbackServer
+
+    from lme.errors import EXIT_INCOMPLETE
+
+    ids = ["95e38180", "900f72f7"]  # counting questions whose answers wobble between jobs
+    questions = {q.question: q for q in load_questions(SAMPLE_PATH) if q.question_id in ids}
+    asked: Counter[str] = Counter()
+    stage_reads: list[str] = []
+
+    def reply(body):
+        system, user = body["messages"][0]["content"], body["messages"][1]["content"]
+        payload = json.loads(user)
+        if "## Counting ledger" in payload["memory"]:
+            stage_reads.append(questions[payload["question"]].question_id)
+            return str(questions[payload["question"]].answer)
+        asked[system + user] += 1
+        return "I am not sure." if asked[system + user] % 2 == 0 else extractive_answer(payload["question"],
+                                                                                          payload["memory"])
+
+    with LoopbackServer(reply=reply) as server, LoopbackServer(reply="- [s0000:0] one", faults=[("500",)]) as writer:
+        def sweep():
+            return run_lme(
+                tmp_path, "+design=study/15_ledger_append", "retriever=fts5",
+                "question_ids=[" + ",".join(f"'{i}'" for i in ids) + "]", "concurrency=1",
+                "reader=gpt5_mini", "reader.model.model=openai/gpt-4o-mini", "~reader.model.params.reasoning_effort",
+                f"reader.model.api_base={server.base_url}", "reader.model.api_key_env=LOOPBACK_KEY",
+                "memory/writer@arbiter.memory.model=gpt5_nano", f"arbiter.memory.model.api_base={writer.base_url}",
+                "arbiter.memory.model.api_key_env=LOOPBACK_KEY", "arbiter.memory.model.max_attempts=1",
+                f"hydra.sweep.dir={tmp_path}/sweep", "-m", "seed=1,2",
+                env={"LOOPBACK_KEY": "sk-loopback"},
+            )
+
+        first = sweep()
+        assert first.returncode == EXIT_INCOMPLETE, first.stderr[-3000:]
+        assert "1 chosen question(s) have no ledger answer" in first.stderr
+        assert "memory step ledger (model openai/gpt-5-nano) failed" in first.stderr
+        assert len(stage_reads) == 1  # the other chosen question was read; the failed one was not
+        _, parent, _ = mlflow_runs(tmp_path)
+        assert parent.info.status == "FAILED"
+        outcomes = [json.loads(line) for line in artifact(tmp_path, parent.info.run_id,
+                                                          "ledger/outcomes.jsonl").splitlines()]
+        (failed,) = [o for o in outcomes if o["memory_error"]]
+        assert failed["memory_call"] == "failed" and not failed["reread"] and failed["answer"] is None
+        assert failed["question_id"] not in stage_reads
+
+        second = sweep()
+        assert second.returncode == 0, second.stderr[-3000:]
+        assert stage_reads[1:] == [failed["question_id"]]  # the stage ran again; the other read came from the cache
+        assert len(writer.completion_requests) == 3  # the failed call, the paid one, the failed question's again
