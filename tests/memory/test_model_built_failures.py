@@ -95,6 +95,26 @@ def test_a_failed_memory_call_fails_its_question_with_no_reader_call_and_a_rerun
     statuses = [row["status"] for row in Ledger(tmp_path / "ledger.sqlite", "study", "x").rows("study")
                 if row["model"] == NOTES_MODEL]
     assert statuses.count("paid") == (4 if fault == "empty_content" else 3)  # an empty reply is billed all the same
+    assert_the_cost_tables_count_the_memory(journal, again)
+
+
+def assert_the_cost_tables_count_the_memory(journal, outcomes):
+    """The report's cost table and `lme cost`'s per-design sums include the memory model's calls and dollars."""
+    from lme.cli.cost import Spend
+    from lme.report import DesignRuns, JobOutcomes, build_report, cost_table
+
+    rows = tuple(map(json.loads, journal.path.read_text().splitlines()))
+    memory_usd = sum(o.memory.cost_usd for o in outcomes)
+    job = JobOutcomes(run_id="r1", run_name="seed1", seed="1", judge="offline", judge_official=False, rows=rows)
+    report = build_report([DesignRuns("notes", "notes", "parent", "parent", (job,))])
+    assert report.designs[0].cost.memory_calls == 3 and report.designs[0].cost.memory_cost_usd == pytest.approx(memory_usd)
+    header, _, line = cost_table(report).splitlines()
+    cells = dict(zip((c.strip() for c in header.strip("|").split("|")), (c.strip() for c in line.strip("|").split("|"))))
+    assert cells["memory-model calls"] == "3" and cells["memory-model cost"] == f"${memory_usd:,.4f}"
+    spend = Spend("notes")
+    spend.add_rows(rows)
+    assert spend.memory_calls == 3 and spend.reader_calls == 3
+    assert spend.list_usd == pytest.approx(sum(o.memory.cost_usd + o.reader.cost_usd for o in outcomes))
 
 
 def test_a_cross_run_stage_whose_memory_fails_makes_no_reader_call_and_is_incomplete(
