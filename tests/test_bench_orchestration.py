@@ -49,7 +49,7 @@ def test_latency_rows_state_the_ratio_against_the_ideal() -> None:
     wall = rows[0]
     assert wall["value"] == 60.0 and wall["unit"] == "s"
     assert wall["ratio"] == pytest.approx(60.0 / 46.6875, abs=1e-3)
-    assert wall["met"] is False  # 1.285 > 1.2
+    assert wall["met"] is False  # 1.285 > 1.25
     assert "2988 x 0.5 / 32" in wall["compared_to"]
     assert _run(bench, wall_s=50.0).ideal_s == pytest.approx(46.6875)
     assert bench.latency_rows(_run(bench, wall_s=50.0))[0]["met"] is True
@@ -58,11 +58,11 @@ def test_latency_rows_state_the_ratio_against_the_ideal() -> None:
 
 def test_overhead_rows_divide_by_questions_times_seeds() -> None:
     bench = _bench()
-    run = _run(bench, latency=0.0, wall_s=29.88, profile={"memory building": 6.0, "imports (start-up)": 4.0})
+    run = _run(bench, latency=0.0, wall_s=37.35, profile={"memory building": 6.0, "imports (start-up)": 4.0})
     rows = bench.overhead_rows(run)
-    assert rows[0]["value"] == pytest.approx(20.0) and rows[0]["unit"] == "ms"
-    assert rows[0]["met"] is False  # the target is strictly under 20 ms
-    assert bench.overhead_rows(_run(bench, latency=0.0, wall_s=20.0))[0]["met"] is True
+    assert rows[0]["value"] == pytest.approx(25.0) and rows[0]["unit"] == "ms"
+    assert rows[0]["met"] is False  # the target is strictly under 25 ms
+    assert bench.overhead_rows(_run(bench, latency=0.0, wall_s=29.88))[0]["met"] is True
     profile = {r["figure"].strip(): r for r in rows if "profile" in r["figure"]}
     assert profile["profile: memory building"]["value"] == pytest.approx(6000 / 1494, abs=0.01)
     assert profile["profile: memory building"]["ratio"] == pytest.approx(0.6)
@@ -105,3 +105,22 @@ def test_a_small_study_pays_every_call_once(tmp_path: Path) -> None:
     assert 0 < run.first_request_s < run.wall_s and run.call_span_s >= 0.05
     wall = bench.latency_rows(run)[0]
     assert wall["ratio"] == pytest.approx(run.wall_s / run.ideal_s, rel=1e-2)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not MINI.exists(), reason="the shared LongMemEval mini file is absent")
+def test_startup_rows_time_the_first_request_from_json_and_xz(tmp_path: Path) -> None:
+    """The start-up rows run the study on the file decompressed (as `lme data fetch` writes it) and as
+    given (.json.xz): each row is the time to the server's first request, under the study's wall time."""
+    bench = _bench()
+    rows = bench.startup_rows(MINI, tmp_path, 4, tracking=False)
+    assert [r["figure"] for r in rows] == ["start-up to the first request, from .json",
+                                           "start-up to the first request, from .json.xz"]
+    plain = tmp_path / "longmemeval_s_cleaned_mini.json"
+    assert plain.read_bytes()[:1] == b"["  # decompressed, read by the first study
+    for r in rows:
+        assert set(r) == KEYS and r["unit"] == "s" and r["value"] > 0
+        wall = float(r["note"].split("wall ")[1].split(" s")[0])
+        assert r["value"] < wall
+    assert "longmemeval_s_cleaned_mini.json:" in rows[0]["note"]
+    assert "longmemeval_s_cleaned_mini.json.xz:" in rows[1]["note"]

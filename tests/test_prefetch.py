@@ -80,3 +80,23 @@ def test_no_prefetch_for_a_streamed_file_a_missing_file_or_a_sweep_over_data(tmp
 def test_only_the_basic_launcher_runs_jobs_in_this_process():
     assert runs_jobs_here(_compose(["+design=bm25"]))
     assert not runs_jobs_here(_compose(["+design=bm25", "hydra/launcher=joblib"]))
+
+
+def test_tokenizers_of_paid_models_are_warmed_in_the_background_offline_ones_not():
+    """`warm_tokenizers` counts a token for each paid reader and judge model in a thread (loading the
+    tokenizer before the first reservation needs it); a design of offline models starts no thread."""
+    from lme.models import pricing
+    from lme.multirun import warm_tokenizers
+
+    offline = design_from_config(_compose([]), check=False)
+    assert warm_tokenizers(offline) is None
+    paid = design_from_config(_compose(["reader=gpt5_mini", "judge=longmemeval"]), check=False)
+    thread = warm_tokenizers(paid)
+    assert thread is not None and thread.name == "lme-warm-tokenizers"
+    thread.join(timeout=60)
+    assert not thread.is_alive()
+    # the warmed counts are remembered: the same count again is served from the process's memo
+    before = dict(pricing._COUNTS)
+    for part in (paid.reader, paid.judge):
+        assert pricing.count_input_tokens(part.model.node["model"], [{"role": "user", "content": "warm"}]) > 0
+    assert pricing._COUNTS == before
