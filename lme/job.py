@@ -63,6 +63,7 @@ def reuse_memories(design: Design, data_path: Path, builder: Any, views: dict[st
 
 def cost_metrics(outcomes: list[Outcome]) -> dict[str, float]:
     reader_calls = sum(o.reader.calls for o in outcomes)
+    built = [o for o in outcomes if not (o.steps and o.steps[0].memory_error)]  # a first-pass memory was built
     metrics = {
         "reader_calls": reader_calls,
         "reader_cached_calls": sum(o.reader.cached_calls for o in outcomes),
@@ -85,7 +86,7 @@ def cost_metrics(outcomes: list[Outcome]) -> dict[str, float]:
         "missing_answers": sum(1 for o in outcomes if o.answer is None),
         "missing_verdicts": sum(1 for o in outcomes if o.answer is not None and o.judge_error is not None),
         "answered": sum(1 for o in outcomes if o.answer is not None),
-        "mean_memory_bytes": sum(o.memory_bytes for o in outcomes) / max(1, len(outcomes)),
+        "mean_memory_bytes": sum(o.memory_bytes for o in built) / max(1, len(built)),
     }
     metrics["reader_mean_input_tokens"] = metrics["reader_input_tokens"] / max(1, reader_calls)
     metrics["reader_cost_per_answer_usd"] = metrics["reader_cost_usd"] / max(1, len(outcomes))

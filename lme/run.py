@@ -425,7 +425,7 @@ async def answer_question(
             correct=verdict.correct if verdict else None, reader=CallStats.of(call), judge=judge_stats,
             judge_error=judge_error_of(verdict, judge_stats), memory=memory_stats,
         ))
-    for step in rules if not steps[0].memory_error else ():
+    for step in () if steps[0].memory_error else rules:  # a failed first-pass memory ends the question
         rule = step.rule
         chosen = rule.fires(question.question, answer)  # the rule sees the question text and the answer only
         call, step_answer, error, judge_stats, memory_stats = None, None, None, CallStats(), CallStats()

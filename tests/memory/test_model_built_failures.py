@@ -202,3 +202,39 @@ def test_a_job_whose_memory_call_fails_exits_incomplete_and_its_rerun_completes_
     assert design["journal_spent_usd"] == pytest.approx(design["paid_usd"])  # the memory's dollars are in the rows
     assert not [note for note in spend["notes"] if "more than its journals record" in note]
     assert "memory-model calls" in lme("cost", str(job)).stdout
+
+
+def test_a_reread_whose_view_memory_fails_ends_its_question_without_an_answer(tmp_path, warm_litellm, test_key):
+    """A re-read on a model-built view: the first pass is answered and judged, the re-read's memory fails, so the
+    question has no final answer (its design did not run whole), its steps stop there, and a rerun asks it again."""
+    from loopback import LoopbackServer
+
+    from lme.answer.rules import Rule, RuleStep
+
+    question = load_questions(SAMPLE_PATH)[0]
+    every = Rule(name="recount", on="question", patterns=(question.question.split()[0],), view="ledger")
+    with LoopbackServer(reply="- a line", faults=[("500",)]) as memory_server, \
+            LoopbackServer(reply="an answer") as reader_server:
+        gateway = Gateway(CallCache(tmp_path / "calls.sqlite"))
+        ledger = notes_builder(memory_server)
+        attach_gateway([ledger], gateway)
+        reader = Reader(name="loopback", model=priced(reader_server, "openai/gpt-4o-mini"))
+        judge = make_judge("offline", False, ModelSpec(model=JUDGE_MODEL), templates=OFFLINE_TEMPLATES)
+        journal = Journal(tmp_path / "outcomes.jsonl")
+
+        def run():
+            return asyncio.run(run_questions(
+                [question], UserLogMemoryBuilder(FTS5Retriever()), reader, "Answer.", judge, gateway, 1, journal,
+                rules=[RuleStep(every, "Count.")], views={"ledger": ledger}))
+
+        (outcome,) = run()
+        first, recount = outcome.steps
+        assert first.answer == "an answer" and first.memory == first.memory.__class__()  # no model built it
+        assert recount.memory_error and recount.chosen and not recount.reread and recount.answer is None
+        assert outcome.answer is None and outcome.memory_error == recount.memory_error == outcome.reader_error
+        assert outcome.reader.calls == 1 and outcome.memory.failed_calls == 1 and not outcome.complete
+        (again,) = run()
+        gateway.close_background()
+        assert again.complete and again.answer == "an answer" and again.memory.calls == 1
+        assert [s.reread for s in again.steps] == [False, True]
+        assert len(reader_server.completion_requests) == 2  # the first pass once (the rerun's from the cache), the re-read
