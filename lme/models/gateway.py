@@ -224,7 +224,8 @@ class _Request(Generic[R]):
     def chars(self) -> int:
         raise NotImplementedError
 
-    def bound(self, spec: ModelSpec) -> CallBound:
+    def bound(self, spec: ModelSpec, exact: bool = True) -> CallBound:
+        """The most the request can use and cost: its input counted (`exact`), or bounded by its bytes."""
         raise NotImplementedError
 
     async def send(self, gateway: Gateway, litellm: Any, spec: ModelSpec, kwargs: dict[str, Any]) -> Any:
@@ -254,10 +255,10 @@ class _Chat(_Request[CallResult]):
     def chars(self) -> int:
         return _message_chars(self.messages)
 
-    def bound(self, spec: ModelSpec) -> CallBound:
+    def bound(self, spec: ModelSpec, exact: bool = True) -> CallBound:
         from lme.models.pricing import max_call_cost
 
-        return max_call_cost(spec, self.messages)
+        return max_call_cost(spec, self.messages, exact)
 
     async def send(self, gateway: Gateway, litellm: Any, spec: ModelSpec, kwargs: dict[str, Any]) -> Any:
         return await gateway._send(litellm, spec, self.messages, kwargs)
@@ -295,7 +296,7 @@ class _Embedding(_Request[EmbeddingResult]):
     def chars(self) -> int:
         return sum(len(text) for text in self.inputs)
 
-    def bound(self, spec: ModelSpec) -> CallBound:
+    def bound(self, spec: ModelSpec, exact: bool = True) -> CallBound:
         from lme.models.pricing import (
             CallBound,
             count_input_tokens,
@@ -305,7 +306,10 @@ class _Embedding(_Request[EmbeddingResult]):
 
         if spec.is_offline:
             return CallBound(0, 0, 0.0)
-        counted = sum(count_input_tokens(spec.model, [{"role": "user", "content": text}]) for text in self.inputs)
+        if exact:
+            counted = sum(count_input_tokens(spec.model, [{"role": "user", "content": text}]) for text in self.inputs)
+        else:  # a byte-level token covers at least one byte
+            counted = sum(len(text.encode("utf-8")) + 8 for text in self.inputs)
         tokens = reserved_input_tokens(counted)
         prices = model_prices(spec)
         return CallBound(tokens, 0, None if prices is None else prices.dollars(tokens, 0))
@@ -681,16 +685,21 @@ class Gateway:
         paid = self.ledger is not None and not spec.is_offline
         request_tokens = 0
         reserve_dollars = 0.0
-        if paid or (limits is not None and limits.counts_tokens):
+        counts_tokens = limits is not None and limits.counts_tokens
+        if paid or counts_tokens:
             from lme.models.pricing import require_bound
 
-            if request.chars() <= INLINE_BOUND_CHARS:  # a judge's prompt: counted faster than a hop
-                bound = request.bound(spec)
+            caps_dollars = self.budget is not None and self.budget.caps_dollars
+            # The input is counted only where a count is read: a dollar cap of this job or a token rate
+            # limit. Otherwise the reservation bounds it by its bytes (larger, so safe for another
+            # process's study cap reading this ledger) and no tokenizer runs.
+            exact = caps_dollars or counts_tokens
+            if not exact or request.chars() <= INLINE_BOUND_CHARS:  # a judge's prompt: counted faster than a hop
+                bound = request.bound(spec, exact)
             else:  # tokenizing a long prompt takes milliseconds: off the event loop
-                bound = await asyncio.to_thread(request.bound, spec)
+                bound = await asyncio.to_thread(request.bound, spec, exact)
             request_tokens = bound.input_tokens + bound.output_tokens
             if paid:
-                caps_dollars = self.budget is not None and self.budget.caps_dollars
                 reserve_dollars = require_bound(spec, bound) if caps_dollars else (bound.dollars or 0.0)
         reservation = await self._reserve(spec, key, reserve_dollars) if paid else None
         if isinstance(reservation, dict):  # another process made this call meanwhile

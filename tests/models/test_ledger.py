@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 from loopback import LoopbackServer
@@ -22,6 +23,8 @@ from lme.models.cache import CallCache
 from lme.models.gateway import Gateway, ModelSpec
 from lme.models.ledger import Budget, BudgetExhausted, Ledger
 from lme.models.pricing import max_call_cost
+
+MINI_S = Path(__file__).resolve().parents[3] / "shared" / "data" / "longmemeval" / "longmemeval_s_cleaned_mini.json.xz"
 
 pytestmark = pytest.mark.usefixtures("warm_litellm", "test_key")
 
@@ -89,8 +92,11 @@ def test_a_paid_call_is_one_row_with_tokens_and_dollars_and_a_cached_one_is_none
         300, 120, 3 + 7, 7)
     assert row["dollars"] == pytest.approx(300 * PRICE_IN + 10 * PRICE_OUT) == first.cost_usd
     # the call's maximum was reserved (and kept in the row), even with no cap: a call interrupted
-    # in flight is counted at that maximum
-    assert row["reserved_dollars"] == pytest.approx(max_call_cost(spec, messages(0)).dollars)
+    # in flight is counted at that maximum. With no dollar cap the input is bounded by its bytes, not
+    # tokenized: a larger maximum than the count
+    bound = max_call_cost(spec, messages(0), exact=False).dollars
+    assert row["reserved_dollars"] == pytest.approx(bound)
+    assert bound > max_call_cost(spec, messages(0)).dollars
     assert ledger.open_reservations() == 0
     spent = ledger.spending("study")
     assert spent.paid_calls == 1 and spent.dollars == pytest.approx(first.cost_usd)
@@ -191,6 +197,37 @@ def test_reservation_bound_covers_the_call(ledger):
     assert result.cost_usd < bound.dollars
 
 
+def test_a_dollar_cap_reserves_the_counted_input_and_no_cap_the_byte_bound(tmp_path):
+    """The input is tokenized only where a count is read (a dollar cap): with one, the row reserves the
+    counted maximum; without, the larger bound by bytes (no tokenizer on the call's path)."""
+    reserved = {}
+    for name, budget in (("capped", Budget(study_dollars=10.0)), ("uncapped", None)):
+        ledger = Ledger(tmp_path / f"{name}.sqlite", study="s", job="j")
+        with LoopbackServer(reply="ok") as server:
+            spec = spec_for(server)
+            assert asyncio.run(Gateway(ledger=ledger, budget=budget).complete(spec, messages(0), 1)).ok
+        (row,) = ledger.rows()
+        reserved[name] = row["reserved_dollars"]
+        ledger.close()
+    assert reserved["capped"] == pytest.approx(max_call_cost(spec, messages(0)).dollars)
+    assert reserved["uncapped"] == pytest.approx(max_call_cost(spec, messages(0), exact=False).dollars)
+    assert reserved["uncapped"] > reserved["capped"]
+
+
+@pytest.mark.skipif(not MINI_S.exists(), reason="the shared LongMemEval mini file is absent")
+def test_the_byte_bound_is_never_below_the_count_on_real_histories():
+    """Every session of the mini S file as one prompt (English, code, other scripts, emoji): bytes as JSON
+    bound the tokens gpt-4o-mini's tokenizer counts, framing included."""
+    from lme.data.load import load_questions
+    from lme.models.pricing import byte_bound_tokens, count_input_tokens
+
+    for question in load_questions(MINI_S)[:4]:
+        for session in question.sessions:
+            prompt = [{"role": "system", "content": "Answer."},
+                      {"role": "user", "content": "\n".join(turn.content for turn in session.turns)}]
+            assert byte_bound_tokens(prompt) >= count_input_tokens("openai/gpt-4o-mini", prompt)
+
+
 @pytest.mark.parametrize("concurrency", [64])
 def test_high_concurrency_never_overshoots_the_study_dollar_cap(tmp_path, concurrency):
     """Two jobs of one study, 400 distinct calls at 64 in flight each, against one study cap."""
@@ -258,7 +295,7 @@ def test_the_same_call_in_flight_in_another_job_is_waited_for_not_paid_twice(tmp
 def test_a_call_cancelled_in_flight_is_interrupted_and_counted_at_its_maximum(ledger):
     with LoopbackServer(reply="late", latency_s=2.0) as server:
         spec = spec_for(server)
-        bound = max_call_cost(spec, messages(0)).dollars
+        bound = max_call_cost(spec, messages(0), exact=False).dollars  # no dollar cap: bounded by its bytes
 
         async def cancel_mid_call():
             task = asyncio.create_task(Gateway(ledger=ledger).complete(spec, messages(0), seed=1))
