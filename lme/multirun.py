@@ -163,17 +163,20 @@ class MultirunParent(_HydraCallback):
 
 
 def warm_tokenizers(design: Any) -> threading.Thread | None:
-    """Load the reader's and judge's tokenizers in a background thread while the parent sets up MLflow: the
-    first count of a prompt's tokens (for the ledger's reservation) loads one, about 0.3-0.5 s that
-    would otherwise come before the first request. Offline models count nothing; a failure is left to
-    the count that needs it."""
+    """Load the reader's and judge's tokenizers in a background thread while the parent sets up MLflow, for
+    a design whose calls are counted (a dollar cap, or a model's `tokens_per_minute`; the gateway counts
+    nothing else): the first count loads one, about 0.3-0.5 s that would otherwise come before the first
+    request. Offline models count nothing; a failure is left to the count that needs it."""
     from lme.models.spec import OFFLINE_PROVIDER
 
+    budget = getattr(design, "budget", None)
+    capped = budget is not None and budget.caps_dollars
     models = []
     for part in (getattr(design, "reader", None), getattr(design, "judge", None)):
         node = getattr(getattr(part, "model", None), "node", None) or {}
         name = str(node.get("model") or "")
-        if name and not name.startswith(OFFLINE_PROVIDER + "/") and name not in models:
+        counted = capped or node.get("tokens_per_minute") is not None
+        if counted and name and not name.startswith(OFFLINE_PROVIDER + "/") and name not in models:
             models.append(name)
     if not models:
         return None

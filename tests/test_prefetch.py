@@ -82,15 +82,19 @@ def test_only_the_basic_launcher_runs_jobs_in_this_process():
     assert not runs_jobs_here(_compose(["+design=bm25", "hydra/launcher=joblib"]))
 
 
-def test_tokenizers_of_paid_models_are_warmed_in_the_background_offline_ones_not():
-    """`warm_tokenizers` counts a token for each paid reader and judge model in a thread (loading the
-    tokenizer before the first reservation needs it); a design of offline models starts no thread."""
+def test_tokenizers_of_counted_models_are_warmed_in_the_background_others_not():
+    """`warm_tokenizers` counts a token for each paid reader and judge model in a thread when their calls
+    are counted (a dollar cap), loading the tokenizer before the first reservation needs it; offline
+    models, or paid ones with no cap or token rate limit (bounded by bytes, never counted), start none."""
     from lme.models import pricing
     from lme.multirun import warm_tokenizers
 
-    offline = design_from_config(_compose([]), check=False)
+    offline = design_from_config(_compose(["budget.study_dollars=5"]), check=False)
     assert warm_tokenizers(offline) is None
-    paid = design_from_config(_compose(["reader=gpt5_mini", "judge=longmemeval"]), check=False)
+    uncapped = design_from_config(_compose(["reader=gpt5_mini", "judge=longmemeval"]), check=False)
+    assert warm_tokenizers(uncapped) is None
+    paid = design_from_config(_compose(["reader=gpt5_mini", "judge=longmemeval", "budget.study_dollars=5"]),
+                              check=False)
     thread = warm_tokenizers(paid)
     assert thread is not None and thread.name == "lme-warm-tokenizers"
     thread.join(timeout=60)
