@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ from typing import Any
 
 from lme.cli.parser import make_parser
 from lme.errors import LmeError
+from lme.models.ledger import counted_dollars, read_rows
 
 DEFAULT_FOLDERS = ("multirun", "outputs")
 JOURNAL = "outcomes.jsonl"
@@ -170,30 +170,6 @@ def find_jobs(folders: Sequence[Path]) -> list[Path]:
 # --- the ledger's rows ------------------------------------------------------------------------------
 
 
-def read_ledger(path: Path) -> list[dict[str, Any]]:
-    """Every call row of a ledger file, read-only (the file is never created or changed)."""
-    try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=60)
-    except sqlite3.Error as exc:
-        raise LmeError(f"{path}: cannot open the ledger ({exc}).") from None
-    try:
-        cursor = conn.execute("SELECT * FROM calls ORDER BY id")
-        names = [column[0] for column in cursor.description]
-        return [dict(zip(names, row)) for row in cursor.fetchall()]
-    except sqlite3.Error as exc:
-        raise LmeError(f"{path}: not an lme ledger (no readable calls table: {exc}).") from None
-    finally:
-        conn.close()
-
-
-def counted_dollars(row: Mapping[str, Any]) -> float:
-    """What a ledger row counts against the caps: paid at its cost, interrupted at its reserved maximum."""
-    if row.get("status") == "failed":
-        return 0.0
-    dollars = row.get("dollars")
-    return float(dollars if dollars is not None else row.get("reserved_dollars") or 0.0)
-
-
 # --- the totals ----------------------------------------------------------------------------------------
 
 
@@ -292,7 +268,7 @@ def study_spend(folders: Sequence[Path], ledgers: Sequence[Path] = (), study: st
             notes.append(f"the ledger {path} of {users} job(s) does not exist (no paid call was made, or it was "
                          "moved: pass --ledger FILE)")
             continue
-        found = [row for row in read_ledger(path) if study is None or row.get("study") == study]
+        found = [row for row in read_rows(path) if study is None or row.get("study") == study]
         read.append((str(path), len(found)))
         rows += [{**row, "_ledger": str(path)} for row in found]
     unknown = [job for job in jobs if job.ledger is None]

@@ -346,12 +346,7 @@ class Ledger:
     def rows(self, study: str | None = None) -> list[dict[str, Any]]:
         """Every call row (of `study`, or of every study), oldest first."""
         with self._lock:
-            cursor = self._conn.execute(
-                "SELECT * FROM calls" + (" WHERE study = ?" if study is not None else "") + " ORDER BY id",
-                (study,) if study is not None else (),
-            )
-            names = [column[0] for column in cursor.description]
-            return [dict(zip(names, row)) for row in cursor.fetchall()]
+            return _call_rows(self._conn, study)
 
     def open_reservations(self) -> int:
         with self._lock:
@@ -360,3 +355,39 @@ class Ledger:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+# -- reading a ledger file without opening it as a writer (`lme cost`) ----------------------------------
+
+
+def _call_rows(conn: sqlite3.Connection, study: str | None = None) -> list[dict[str, Any]]:
+    cursor = conn.execute(
+        "SELECT * FROM calls" + (" WHERE study = ?" if study is not None else "") + " ORDER BY id",
+        (study,) if study is not None else (),
+    )
+    names = [column[0] for column in cursor.description]
+    return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """Every call row of the ledger file at `path`, oldest first, read-only: the file is never created,
+    migrated or changed (a `Ledger` would). One sentence naming the file when it is not a ledger."""
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=60)
+    except sqlite3.Error as exc:
+        raise LmeError(f"{path}: cannot open the ledger ({exc}).") from None
+    try:
+        return _call_rows(conn)
+    except sqlite3.Error as exc:
+        raise LmeError(f"{path}: not an lme ledger (no readable calls table: {exc}).") from None
+    finally:
+        conn.close()
+
+
+def counted_dollars(row: Mapping[str, Any]) -> float:
+    """What one call row counts against the caps, the rule `Ledger.spending` sums in SQL: a paid call at
+    its cost, an interrupted one at its reserved maximum (it may have been billed), a failed one at 0."""
+    if row.get("status") == "failed":
+        return 0.0
+    dollars = row.get("dollars")
+    return float(dollars if dollars is not None else row.get("reserved_dollars") or 0.0)

@@ -407,3 +407,28 @@ def test_process_alive_sees_a_reaped_child_as_dead():
     assert not process_alive(child.pid, start)
     assert process_alive(os.getpid(), process_start(os.getpid()))
     assert not process_alive(os.getpid(), "not-my-start-time") or not process_start(os.getpid())
+
+
+def test_read_rows_and_counted_dollars_agree_with_the_ledgers_own_spending(tmp_path):
+    """`read_rows` (read-only, for `lme cost`) gives the rows `Ledger.rows` gives, and `counted_dollars`
+    summed over them is the study spending the caps see: paid at cost, interrupted at the reserved
+    maximum, failed at nothing. A file that is not a ledger is one sentence naming it."""
+    from lme.models.ledger import counted_dollars, read_rows
+
+    path = tmp_path / "ledger.sqlite"
+    ledger = Ledger(path, study="s", job="j")
+    ledger.settle(ledger.reserve("m", "paid", 0.5), {"input_tokens": 10}, 0.125, 1)
+    ledger.release(ledger.reserve("m", "cut", 0.25), "interrupted", 1)
+    ledger.release(ledger.reserve("m", "broken", 0.75), "failed", 2)
+    rows = read_rows(path)
+    assert rows == ledger.rows() and [row["status"] for row in rows] == ["paid", "interrupted", "failed"]
+    assert sum(counted_dollars(row) for row in rows) == pytest.approx(ledger.spending("study").dollars)
+    assert sum(counted_dollars(row) for row in rows) == pytest.approx(0.125 + 0.25)
+    ledger.close()
+    (tmp_path / "notes.sqlite").write_bytes(b"not a database at all" * 100)
+    with pytest.raises(LmeError, match="notes.sqlite: not an lme ledger|notes.sqlite: cannot open"):
+        read_rows(tmp_path / "notes.sqlite")
+    assert not (tmp_path / "absent.sqlite").exists()
+    with pytest.raises(LmeError, match="absent.sqlite: cannot open the ledger"):
+        read_rows(tmp_path / "absent.sqlite")
+    assert not (tmp_path / "absent.sqlite").exists()  # never created
