@@ -16,6 +16,10 @@ Stages (see each module's docstring for how it measures):
 - `embedding` (scripts/bench_embedding.py): lme's cached encoding vs
   `SentenceTransformer.encode` on the same texts; target overhead under 5%;
   cache and de-duplication effects;
+- `fill` (scripts/bench_fill.py): `lme embed` on the first questions, the
+  whole file's fill projected from its rate (target under 50 min for S),
+  then `lme cache export`/`import` and a teammate's `lme embed` (target 0
+  texts encoded);
 - `orchestration` (scripts/bench_orchestration.py, when present): a whole
   offline study against the loopback server, vs the ideal wall time;
 - `scale` (scripts/bench_scale.py): the memory build on M-sized (500-session)
@@ -42,7 +46,7 @@ sys.path.insert(0, str(HERE))
 
 from bench_common import DEFAULT_S, Row, markdown  # noqa: E402
 
-STAGES: tuple[str, ...] = ("load", "memory", "embedding", "backends", "orchestration", "scale")
+STAGES: tuple[str, ...] = ("load", "memory", "embedding", "backends", "fill", "orchestration", "scale")
 
 
 def _orchestration(options: argparse.Namespace) -> list[Row]:
@@ -60,6 +64,7 @@ def _orchestration(options: argparse.Namespace) -> list[Row]:
 def _runners(options: argparse.Namespace) -> dict[str, Callable[[], list[Row]]]:
     import bench_backends
     import bench_embedding
+    import bench_fill
     import bench_load
     import bench_memory
     import bench_scale
@@ -71,6 +76,7 @@ def _runners(options: argparse.Namespace) -> dict[str, Callable[[], list[Row]]]:
                                                   options.embed_block, options.device),
         "backends": lambda: bench_backends.rows(options.backend_texts, options.embed_block,
                                                 recall_questions=options.backend_recall_questions, data=options.path),
+        "fill": lambda: bench_fill.rows(options.path, options.fill_questions, options.fill_backend),
         "orchestration": lambda: _orchestration(options),
         "scale": lambda: bench_scale.rows(options.scale_questions, options.scale_sessions),
     }
@@ -99,6 +105,10 @@ def parser() -> argparse.ArgumentParser:
                        help="S turns each embedding backend encodes, side by side (2000; stage backends)")
     group.add_argument("--backend-recall-questions", type=int, default=None,
                        help="questions of the mini file for recall@10 per backend (default all 16)")
+    group = out.add_argument_group("fill")
+    group.add_argument("--fill-questions", type=int, default=10,
+                       help="questions `lme embed` fills, to project the whole file's fill from (10)")
+    group.add_argument("--fill-backend", default="onnx/int8", help="RUNTIME/PRECISION of the fill (onnx/int8)")
     group = out.add_argument_group("orchestration")
     group.add_argument("--orchestration-questions", type=int, default=None,
                        help="questions of the study (default: --questions, else 500, i.e. the whole file)")

