@@ -80,7 +80,7 @@ def test_table_is_one_markdown_table_naming_the_skipped_stages() -> None:
     done = _bench(str(MINI), "--questions", "1", "--skip", "orchestration,embedding,backends,fill,scale,memory")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.strip().splitlines()
-    assert "skipped: backends, embedding, memory, orchestration, scale" in lines[0]
+    assert "skipped: backends, embedding, fill, memory, orchestration, scale" in lines[0]
     table = [line for line in lines if line.startswith("|")]
     assert table[0].startswith("| stage | figure | value | compared to | ratio | target | met | note |")
     assert len(table) == 2 + 4 and all(line.startswith("| load |") for line in table[2:])
