@@ -20,7 +20,6 @@ Prints a markdown table; `--json FILE` writes the rows.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -28,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_common import DEFAULT_S, Row, markdown  # noqa: E402
+from bench_common import DEFAULT_S, Row, report  # noqa: E402
 
 STAGE = "backends"
 MODEL = "minilm-packaged"
@@ -137,9 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     found = rows(args.texts, args.block, tuple(args.backends.split(",")), args.recall_file, args.recall_questions,
                  args.data)
-    print(markdown(found))
-    if args.json:
-        args.json.write_text(json.dumps([row.as_dict() for row in found], indent=2) + "\n", encoding="utf-8")
+    report(found, args.json)
     return 0
 
 

@@ -77,6 +77,13 @@ def _number(value: float | None) -> str:
     return f"{value:.3g}"
 
 
+def report(rows: list[Row], json_path: Path | None = None) -> None:
+    """A stage script's output: the rows as a Markdown table on stdout, and as JSON in `json_path` if given."""
+    print(markdown(rows))
+    if json_path is not None:
+        json_path.write_text(json.dumps([row.as_dict() for row in rows], indent=2) + "\n", encoding="utf-8")
+
+
 def markdown(rows: list[Row]) -> str:
     """The rows as one Markdown table."""
     lines = [

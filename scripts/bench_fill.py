@@ -19,7 +19,6 @@ Prints a markdown table; `--json FILE` writes the rows.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -34,7 +33,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from bench_common import DEFAULT_S, ROOT, Row, markdown  # noqa: E402
+from bench_common import DEFAULT_S, ROOT, Row, report  # noqa: E402
 
 STAGE = "fill"
 TARGET_MINUTES = 50.0  # filling S with `lme embed` on 2 cores (issue 20)
@@ -140,9 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     found = rows(args.data, args.questions, args.backend, args.work)
-    print(markdown(found))
-    if args.json:
-        args.json.write_text(json.dumps([row.as_dict() for row in found], indent=2) + "\n", encoding="utf-8")
+    report(found, args.json)
     return 0
 
 
