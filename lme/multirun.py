@@ -164,9 +164,9 @@ class MultirunParent(_HydraCallback):
 
 def warm_tokenizers(design: Any) -> threading.Thread | None:
     """Load the reader's and judge's tokenizers in a background thread while the parent sets up MLflow, for
-    a design whose calls are counted (a dollar cap, or a model's `tokens_per_minute`; the gateway counts
-    nothing else): the first count loads one, about 0.3-0.5 s that would otherwise come before the first
-    request. Offline models count nothing; a failure is left to the count that needs it."""
+    a design whose calls are counted (`lme.models.pricing.input_is_counted`, the gateway's rule): the first
+    count loads one, about 0.3-0.5 s that would otherwise come before the first request. Offline models count nothing; a failure is left to the count that needs it."""
+    from lme.models.pricing import input_is_counted
     from lme.models.spec import OFFLINE_PROVIDER
 
     budget = getattr(design, "budget", None)
@@ -175,7 +175,7 @@ def warm_tokenizers(design: Any) -> threading.Thread | None:
     for part in (getattr(design, "reader", None), getattr(design, "judge", None)):
         node = getattr(getattr(part, "model", None), "node", None) or {}
         name = str(node.get("model") or "")
-        counted = capped or node.get("tokens_per_minute") is not None
+        counted = input_is_counted(capped, node.get("tokens_per_minute"))
         if counted and name and not name.startswith(OFFLINE_PROVIDER + "/") and name not in models:
             models.append(name)
     if not models:

@@ -104,3 +104,25 @@ def test_tokenizers_of_counted_models_are_warmed_in_the_background_others_not():
     for part in (paid.reader, paid.judge):
         assert pricing.count_input_tokens(part.model.node["model"], [{"role": "user", "content": "warm"}]) > 0
     assert pricing._COUNTS == before
+
+
+def test_warming_follows_the_gateways_rule_for_when_an_input_is_counted(monkeypatch):
+    """A token rate limit alone (no dollar cap) is read by the gateway's limiter, so that model's tokenizer is
+    warmed; the judge, with neither, is not. Both decisions come from `pricing.input_is_counted`."""
+    from lme.models import pricing
+    from lme.models.pricing import input_is_counted
+    from lme.multirun import warm_tokenizers
+
+    assert input_is_counted(False, 60_000.0) and input_is_counted(True, None) and not input_is_counted(False, None)
+    monkeypatch.setattr(pricing, "_COUNTS", {})  # a fresh memo: what the thread counted is all there is
+    limited = design_from_config(_compose(["reader=gpt5_mini", "judge=longmemeval",
+                                           "+reader.model.tokens_per_minute=60000"]), check=False)
+    thread = warm_tokenizers(limited)
+    assert thread is not None
+    thread.join(timeout=60)
+    assert len(pricing._COUNTS) == 1
+    warm = [{"role": "user", "content": "warm"}]
+    pricing.count_input_tokens(limited.reader.model.node["model"], warm)
+    assert len(pricing._COUNTS) == 1  # the reader's count was the warmed one
+    pricing.count_input_tokens(limited.judge.model.node["model"], warm)
+    assert len(pricing._COUNTS) == 2  # the judge's was not warmed

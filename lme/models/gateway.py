@@ -299,6 +299,7 @@ class _Embedding(_Request[EmbeddingResult]):
     def bound(self, spec: ModelSpec, exact: bool = True) -> CallBound:
         from lme.models.pricing import (
             CallBound,
+            byte_bound_tokens,
             count_input_tokens,
             model_prices,
             reserved_input_tokens,
@@ -308,8 +309,8 @@ class _Embedding(_Request[EmbeddingResult]):
             return CallBound(0, 0, 0.0)
         if exact:
             counted = sum(count_input_tokens(spec.model, [{"role": "user", "content": text}]) for text in self.inputs)
-        else:  # a byte-level token covers at least one byte
-            counted = sum(len(text.encode("utf-8")) + 8 for text in self.inputs)
+        else:
+            counted = sum(byte_bound_tokens([{"role": "user", "content": text}]) for text in self.inputs)
         tokens = reserved_input_tokens(counted)
         prices = model_prices(spec)
         return CallBound(tokens, 0, None if prices is None else prices.dollars(tokens, 0))
@@ -687,13 +688,12 @@ class Gateway:
         reserve_dollars = 0.0
         counts_tokens = limits is not None and limits.counts_tokens
         if paid or counts_tokens:
-            from lme.models.pricing import require_bound
+            from lme.models.pricing import input_is_counted, require_bound
 
             caps_dollars = self.budget is not None and self.budget.caps_dollars
-            # The input is counted only where a count is read: a dollar cap of this job or a token rate
-            # limit. Otherwise the reservation bounds it by its bytes (larger, so safe for another
-            # process's study cap reading this ledger) and no tokenizer runs.
-            exact = caps_dollars or counts_tokens
+            # Otherwise the reservation bounds the input by its bytes (larger, so safe for another
+            # process's study cap reading this ledger).
+            exact = input_is_counted(caps_dollars, spec.tokens_per_minute)
             if not exact or request.chars() <= INLINE_BOUND_CHARS:  # a judge's prompt: counted faster than a hop
                 bound = request.bound(spec, exact)
             else:  # tokenizing a long prompt takes milliseconds: off the event loop

@@ -163,6 +163,13 @@ class CallBound:
     dollars: float | None
 
 
+def input_is_counted(caps_dollars: bool, tokens_per_minute: float | None) -> bool:
+    """Whether a call's input is tokenized before it is sent: only where the count is read, by a dollar cap of
+    the job or a token rate limit (`tokens_per_minute`) of its model. Otherwise a reservation bounds the
+    input by `byte_bound_tokens` and no tokenizer runs (nor needs loading)."""
+    return caps_dollars or tokens_per_minute is not None
+
+
 def byte_bound_tokens(messages: list[dict[str, Any]]) -> int:
     """An upper bound on the input tokens of `messages` with no tokenizer: the UTF-8 bytes of the messages
     as JSON. A token of a byte-level tokenizer (OpenAI's, and those with byte fallback) covers at least one

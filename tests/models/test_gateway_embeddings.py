@@ -255,3 +255,21 @@ def test_lme_embed_stops_with_exit_4_on_a_bad_key(tmp_path: Path, test_key: str,
         out, err = capsys.readouterr()
         assert "AuthenticationError" in err and test_key not in out + err
         assert len(server.embedding_requests) == 1
+
+
+def test_an_uncapped_embedding_call_reserves_the_byte_bound_of_its_texts(store) -> None:
+    """With no dollar cap nothing is tokenized: the reservation is each text's bytes as a message
+    (`pricing.byte_bound_tokens`, the chat calls' bound) with the usual margin, and never below the bill."""
+    from lme.models.pricing import byte_bound_tokens, reserved_input_tokens
+
+    cache, ledger = store
+    texts = TEXTS[:3] + ["naïve café ☕ — 東京"]
+    with LoopbackServer() as server:
+        encoder = encoder_for(server, batch_size=4)
+        encoder.use_gateway(Gateway(cache, ledger=ledger))
+        encoder.encode(texts, "")
+    (row,) = ledger.rows()
+    bytes_bound = sum(byte_bound_tokens([{"role": "user", "content": text}]) for text in texts)
+    assert bytes_bound > sum(len(text.encode("utf-8")) for text in texts)
+    assert row["reserved_dollars"] == pytest.approx(reserved_input_tokens(bytes_bound) * PRICE)
+    assert row["reserved_dollars"] > row["dollars"] > 0
