@@ -25,7 +25,7 @@ from lme.data.records import (
     Session,
     Turn,
     session_id_for,
-    turn_id_for,
+    turn_id_in,
 )
 from lme.data.validate import (
     EMPTY_ANSWER,
@@ -220,7 +220,7 @@ def parse_question(record: Any, path: Path, index: int) -> Question:
                 session_id=session_id,
                 date=moment,
                 date_text=date_text,
-                turns=_parse_turns(where, raw_turns, position, session_index, session_id),
+                turns=_parse_turns(where, raw_turns, position, session_id),
                 original_id=original_id,
                 is_evidence=original_id in evidence,
             )
@@ -246,7 +246,7 @@ def _parse_date(where: _Where, text: str, field: str):
         raise where.error(field, f"unparseable date {text!r} (expected like '2023/05/20 (Sat) 02:21')") from None
 
 
-def _parse_turns(where: _Where, raw_turns: list[Any], position: int, session_index: int, session_id: str) -> tuple[Turn, ...]:
+def _parse_turns(where: _Where, raw_turns: list[Any], position: int, session_id: str) -> tuple[Turn, ...]:
     """A session's turns. The usual turn (an object of role, content and perhaps a boolean has_answer, its
     content text that can be written as UTF-8) is checked inline: S holds 245,625 of them, and building
     each one's field name for an error that never comes was most of the loading time. Any other turn
@@ -258,13 +258,14 @@ def _parse_turns(where: _Where, raw_turns: list[Any], position: int, session_ind
             if (type(role) is str and role in ROLES and type(content) is str
                     and (size == 2 or (size == 3 and type(raw.get("has_answer")) is bool))
                     and (content.isascii() or text_problem(content) is None)):
-                turns.append(Turn(f"{session_id}:{turn_index}", role, content, raw.get("has_answer", False)))
+                turns.append(Turn(turn_id_in(session_id, turn_index), role, content, raw.get("has_answer", False)))
                 continue
-        turns.append(_parse_turn(where, raw, f"haystack_sessions[{position}][{turn_index}]", session_index, turn_index))
+        turns.append(_parse_turn(where, raw, f"haystack_sessions[{position}][{turn_index}]",
+                                 turn_id_in(session_id, turn_index)))
     return tuple(turns)
 
 
-def _parse_turn(where: _Where, raw: Any, field: str, session_index: int, turn_index: int) -> Turn:
+def _parse_turn(where: _Where, raw: Any, field: str, turn_id: str) -> Turn:
     where.expect(raw, dict, field, "a turn object")
     for key in ("role", "content"):
         if key not in raw:
@@ -281,4 +282,4 @@ def _parse_turn(where: _Where, raw: Any, field: str, session_index: int, turn_in
         raise where.error(f"{field}.has_answer", f"expected true or false, found {_type_name(has_answer)}")
     if len(raw) > 2 and (len(raw) > 3 or "has_answer" not in raw):
         where.extras(raw, _TURN_KEYS, field, _TURN_DEPTH)
-    return Turn(turn_id=turn_id_for(session_index, turn_index), role=role, content=content, has_answer=has_answer)
+    return Turn(turn_id=turn_id, role=role, content=content, has_answer=has_answer)

@@ -71,5 +71,9 @@ def session_id_for(index: int) -> str:
     return f"s{index:04d}"
 
 
+def turn_id_in(session_id: str, turn_index: int) -> str:
+    return f"{session_id}:{turn_index}"
+
+
 def turn_id_for(session_index: int, turn_index: int) -> str:
-    return f"{session_id_for(session_index)}:{turn_index}"
+    return turn_id_in(session_id_for(session_index), turn_index)
