@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 BUSY_TIMEOUT_S = 60.0  # how long a connection waits for another process's lock
@@ -32,3 +34,39 @@ def connect(path: str | Path, timeout_s: float = BUSY_TIMEOUT_S, synchronous: st
             time.sleep(0.01)
     conn.execute(f"PRAGMA synchronous={synchronous}")
     return conn
+
+
+@contextmanager
+def immediate(conn: sqlite3.Connection) -> Iterator[None]:
+    """A write transaction on an autocommit connection: `BEGIN IMMEDIATE` (the write lock is taken at once,
+    waiting out the busy timeout), `COMMIT` when the block ends, `ROLLBACK` when it raises."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+@contextmanager
+def attached(conn: sqlite3.Connection, path: str | Path, alias: str) -> Iterator[None]:
+    """Another database file attached as `alias` for the block (a merge's or an import's source)."""
+    if not alias.isidentifier():
+        raise ValueError(f"not an SQL name: {alias!r}")
+    conn.execute(f"ATTACH DATABASE ? AS {alias}", (str(path),))
+    try:
+        yield
+    finally:
+        conn.execute(f"DETACH DATABASE {alias}")
+
+
+def insert_missing(conn: sqlite3.Connection, table: str, columns: tuple[str, ...], source: str,
+                   order_by: str | None = None) -> int:
+    """Copy the rows of `source.table` whose key is not yet in `main.table` (`INSERT OR IGNORE`: a row
+    already there is kept as it is); the number of rows added."""
+    names = ", ".join(columns)
+    order = f" ORDER BY {order_by}" if order_by else ""
+    cursor = conn.execute(f"INSERT OR IGNORE INTO main.{table} ({names}) SELECT {names} FROM {source}.{table}{order}")
+    return int(cursor.rowcount)

@@ -22,13 +22,11 @@ COUNTING = {"95e38180", "900f72f7", "fe656bef", "8dff06d2"}  # "how many" / "how
 WOBBLY = {"ba26d851", "95e38180", "900f72f7"}  # their answer changes from one job to the next
 
 
-def test_the_ledger_stage_rereads_only_disagreeing_counting_questions_over_the_ledger(tmp_path):
-    from loopback import LoopbackServer
-
-    ids = ["ba26d851", "95e38180", "900f72f7", "fe656bef", "8dff06d2"]
-    questions = {q.question: q for q in load_questions(SAMPLE_PATH) if q.question_id in ids}
+def wobbly_reader(questions: dict, wobbly: set[str], stage_payloads: list[dict]):
+    """A loopback reader: the stage's read over the ledger (kept in `stage_payloads`) gets the reference
+    answer; a first-pass request of a `wobbly` question gets a refusal every second time it is asked (each
+    job asks the same request again: its seed misses the cache), any other the extractive answer."""
     asked: Counter[str] = Counter()
-    stage_payloads: list[dict] = []
 
     def reply(body):
         system, user = body["messages"][0]["content"], body["messages"][1]["content"]
@@ -37,12 +35,22 @@ def test_the_ledger_stage_rereads_only_disagreeing_counting_questions_over_the_l
         if "## Counting ledger" in payload["memory"]:
             stage_payloads.append(payload)
             return str(question.answer)
-        asked[system + user] += 1  # each job asks the same request again (its seed misses the cache)
-        if question.question_id in WOBBLY and asked[system + user] % 2 == 0:
+        asked[system + user] += 1
+        if question.question_id in wobbly and asked[system + user] % 2 == 0:
             return "I am not sure."
         return extractive_answer(payload["question"], payload["memory"])
 
-    with LoopbackServer(reply=reply) as server:
+    return reply
+
+
+def test_the_ledger_stage_rereads_only_disagreeing_counting_questions_over_the_ledger(tmp_path):
+    from loopback import LoopbackServer
+
+    ids = ["ba26d851", "95e38180", "900f72f7", "fe656bef", "8dff06d2"]
+    questions = {q.question: q for q in load_questions(SAMPLE_PATH) if q.question_id in ids}
+    stage_payloads: list[dict] = []
+
+    with LoopbackServer(reply=wobbly_reader(questions, WOBBLY, stage_payloads)) as server:
         result = run_lme(
             tmp_path, "+design=study/15_ledger_append", "retriever=fts5", "question_ids=[" + ",".join(f"'{i}'" for i in ids) + "]",
             "reader=gpt5_mini", "reader.model.model=openai/gpt-4o-mini", "~reader.model.params.reasoning_effort",
@@ -91,20 +99,13 @@ def test_a_ledger_whose_model_call_fails_reads_nothing_for_that_question_and_fai
 
     ids = ["95e38180", "900f72f7"]  # counting questions whose answers wobble between jobs
     questions = {q.question: q for q in load_questions(SAMPLE_PATH) if q.question_id in ids}
-    asked: Counter[str] = Counter()
-    stage_reads: list[str] = []
+    stage_reads: list[dict] = []
 
-    def reply(body):
-        system, user = body["messages"][0]["content"], body["messages"][1]["content"]
-        payload = json.loads(user)
-        if "## Counting ledger" in payload["memory"]:
-            stage_reads.append(questions[payload["question"]].question_id)
-            return str(questions[payload["question"]].answer)
-        asked[system + user] += 1
-        return "I am not sure." if asked[system + user] % 2 == 0 else extractive_answer(payload["question"],
-                                                                                          payload["memory"])
+    def read_ids(payloads: list[dict]) -> list[str]:
+        return [questions[payload["question"]].question_id for payload in payloads]
 
-    with LoopbackServer(reply=reply) as server, LoopbackServer(reply="- [s0000:0] one", faults=[("500",)]) as writer:
+    with LoopbackServer(reply=wobbly_reader(questions, set(ids), stage_reads)) as server, \
+            LoopbackServer(reply="- [s0000:0] one", faults=[("500",)]) as writer:
         def sweep():
             return run_lme(
                 tmp_path, "+design=study/15_ledger_append", "retriever=fts5",
@@ -128,9 +129,9 @@ def test_a_ledger_whose_model_call_fails_reads_nothing_for_that_question_and_fai
                                                           "ledger/outcomes.jsonl").splitlines()]
         (failed,) = [o for o in outcomes if o["memory_error"]]
         assert failed["memory_call"] == "failed" and not failed["reread"] and failed["answer"] is None
-        assert failed["question_id"] not in stage_reads
+        assert failed["question_id"] not in read_ids(stage_reads)
 
         second = sweep()
         assert second.returncode == 0, second.stderr[-3000:]
-        assert stage_reads[1:] == [failed["question_id"]]  # the stage ran again; the other read came from the cache
+        assert read_ids(stage_reads)[1:] == [failed["question_id"]]  # the stage ran again; the other read came from the cache
         assert len(writer.completion_requests) == 3  # the failed call, the paid one, the failed question's again

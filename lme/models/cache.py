@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from lme.hashing import sha256_text
-from lme.sqlite import connect
+from lme.sqlite import attached, connect, immediate, insert_missing
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
@@ -65,27 +65,14 @@ def merge_caches(target: str | Path, sources: list[str | Path]) -> dict[str, int
         with cache._lock:
             conn = cache._conn
             for source in sources:
-                conn.execute("ATTACH DATABASE ? AS source", (str(source),))
-                try:
+                with attached(conn, source, "source"):
                     if conn.execute(
                         "SELECT 1 FROM source.sqlite_master WHERE type = 'table' AND name = 'calls'"
                     ).fetchone() is None:
                         raise LmeError(f"cache merge: {source}: not an lme call cache (no calls table).")
-                    conn.execute("BEGIN IMMEDIATE")
-                    before = conn.execute("SELECT COUNT(*) FROM main.calls").fetchone()[0]
-                    conn.execute(
-                        "INSERT OR IGNORE INTO main.calls (key, model, response, created) "
-                        "SELECT key, model, response, created FROM source.calls ORDER BY created"
-                    )
-                    after = conn.execute("SELECT COUNT(*) FROM main.calls").fetchone()[0]
-                    conn.execute("COMMIT")
-                    added[str(source)] = int(after - before)
-                except BaseException:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    raise
-                finally:
-                    conn.execute("DETACH DATABASE source")
+                    with immediate(conn):
+                        added[str(source)] = insert_missing(conn, "calls", ("key", "model", "response", "created"),
+                                                            "source", order_by="created")
     except sqlite3.DatabaseError as exc:
         raise LmeError(f"cache merge: {exc}.") from None
     finally:

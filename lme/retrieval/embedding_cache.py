@@ -40,7 +40,7 @@ import numpy as np
 
 from lme.errors import LmeError
 from lme.progress import progress as progress_display
-from lme.sqlite import connect
+from lme.sqlite import attached, connect, immediate, insert_missing
 
 Encode = Callable[[list[str]], np.ndarray]  # texts -> float array of shape (len(texts), dim)
 
@@ -48,6 +48,7 @@ LOOKUP_CHUNK = 900  # keys per `IN (...)` query, below SQLite's historical 999-v
 DEFAULT_CHUNK_TEXTS = 1024  # texts per encoder call and per write transaction
 PROGRESS_MIN_TEXTS = 1024  # fewer texts to encode than this: no progress unless asked (progress=True)
 
+_COLUMNS = ("key", "model", "dim", "vector")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS embeddings (
     key TEXT PRIMARY KEY,
@@ -169,15 +170,10 @@ class EmbeddingCache:
         with self._lock:
             conn = self._connection()
             try:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
+                with immediate(conn):
                     conn.executemany(
                         "INSERT OR IGNORE INTO embeddings (key, model, dim, vector) VALUES (?, ?, ?, ?)", rows
                     )
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
-                conn.execute("COMMIT")
             except sqlite3.OperationalError as exc:
                 raise LmeError(f"{self.path}: cannot write to the embedding cache ({exc}).") from None
 
@@ -412,16 +408,14 @@ def export_embeddings(cache_path: str | Path, out_path: str | Path, model: str |
         conn.execute("PRAGMA journal_mode=DELETE")
         conn.execute(_SCHEMA)
         conn.execute("CREATE TABLE manifest (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
-        conn.execute("ATTACH DATABASE ? AS source", (str(cache_path),))
-        if not _has_embeddings(conn, "source"):
-            raise LmeError(f"cache export: {cache_path}: not an lme embedding cache (no embeddings table).")
-        conn.execute("BEGIN")
-        where, args = ("WHERE model = ?", (model,)) if model is not None else ("", ())
-        conn.execute("INSERT INTO main.embeddings (key, model, dim, vector) "
-                     f"SELECT key, model, dim, vector FROM source.embeddings {where} ORDER BY key", args)
-        conn.execute("COMMIT")
-        available = _models(conn, "source")
-        conn.execute("DETACH DATABASE source")
+        with attached(conn, cache_path, "source"):
+            if not _has_embeddings(conn, "source"):
+                raise LmeError(f"cache export: {cache_path}: not an lme embedding cache (no embeddings table).")
+            where, args = ("WHERE model = ?", (model,)) if model is not None else ("", ())
+            with immediate(conn):
+                conn.execute("INSERT INTO main.embeddings (key, model, dim, vector) "
+                             f"SELECT key, model, dim, vector FROM source.embeddings {where} ORDER BY key", args)
+            available = _models(conn, "source")
         models = _models(conn, "main")
         if model is not None and not models:
             names = ", ".join(sorted({entry.model for entry in available})) or "none"
@@ -506,11 +500,7 @@ def import_embeddings(path: str | Path, cache_path: str | Path, keep_existing: b
     try:
         with cache._lock:
             conn = cache._connection()
-            try:
-                conn.execute("ATTACH DATABASE ? AS imported", (str(path),))
-            except sqlite3.Error as exc:
-                raise LmeError(f"cache import: {path}: cannot open it ({exc}).") from None
-            try:
+            with attached(conn, path, "imported"):
                 models = verify_export(conn, path)
                 for entry in models:
                     dims = [dim for (dim,) in conn.execute(
@@ -518,8 +508,7 @@ def import_embeddings(path: str | Path, cache_path: str | Path, keep_existing: b
                     if dims:
                         raise LmeError(f"cache import: {path}: model {entry.model} has vectors of size {entry.dim} "
                                        f"there but {dims[0]} in {cache_path}; nothing imported.")
-                conn.execute("BEGIN IMMEDIATE")
-                try:
+                with immediate(conn):
                     identical, conflicting = conn.execute(
                         "SELECT COALESCE(SUM(m.model = i.model AND m.dim = i.dim AND m.vector = i.vector), 0), "
                         "COALESCE(SUM(NOT (m.model = i.model AND m.dim = i.dim AND m.vector = i.vector)), 0) "
@@ -531,17 +520,8 @@ def import_embeddings(path: str | Path, cache_path: str | Path, keep_existing: b
                             "under the same key (same model, prompt and text); nothing imported. Pass "
                             "--keep-existing to keep the cache's and import the rest."
                         )
-                    before = conn.execute("SELECT COUNT(*) FROM main.embeddings").fetchone()[0]
-                    conn.execute("INSERT OR IGNORE INTO main.embeddings (key, model, dim, vector) "
-                                 "SELECT key, model, dim, vector FROM imported.embeddings")
-                    added = conn.execute("SELECT COUNT(*) FROM main.embeddings").fetchone()[0] - before
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
-                conn.execute("COMMIT")
+                    added = insert_missing(conn, "embeddings", _COLUMNS, "imported")
                 count = sum(entry.count for entry in models)
-            finally:
-                conn.execute("DETACH DATABASE imported")
     except sqlite3.Error as exc:
         raise LmeError(f"cache import: {path} -> {cache_path}: {exc}.") from None
     finally:
