@@ -165,7 +165,8 @@ class MultirunParent(_HydraCallback):
 def warm_tokenizers(design: Any) -> threading.Thread | None:
     """Load the reader's and judge's tokenizers in a background thread while the parent sets up MLflow, for
     a design whose calls are counted (`lme.models.pricing.input_is_counted`, the gateway's rule): the first
-    count loads one, about 0.3-0.5 s that would otherwise come before the first request. Offline models count nothing; a failure is left to the count that needs it."""
+    count loads one, about 0.3-0.5 s that would otherwise come before the first request. Offline models
+    count nothing; a failure is left to the count that needs it."""
     from lme.models.pricing import input_is_counted
     from lme.models.spec import OFFLINE_PROVIDER
 

@@ -691,8 +691,8 @@ class Gateway:
             from lme.models.pricing import input_is_counted, require_bound
 
             caps_dollars = self.budget is not None and self.budget.caps_dollars
-            # Otherwise the reservation bounds the input by its bytes (larger, so safe for another
-            # process's study cap reading this ledger).
+            # An input not counted is bounded by its bytes (larger, so safe for another process's study
+            # cap reading this ledger).
             exact = input_is_counted(caps_dollars, spec.tokens_per_minute)
             if not exact or request.chars() <= INLINE_BOUND_CHARS:  # a judge's prompt: counted faster than a hop
                 bound = request.bound(spec, exact)

@@ -49,6 +49,7 @@ DEFAULT_CHUNK_TEXTS = 1024  # texts per encoder call and per write transaction
 PROGRESS_MIN_TEXTS = 1024  # fewer texts to encode than this: no progress unless asked (progress=True)
 
 _COLUMNS = ("key", "model", "dim", "vector")
+_NAMES = ", ".join(_COLUMNS)
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS embeddings (
     key TEXT PRIMARY KEY,
@@ -171,9 +172,7 @@ class EmbeddingCache:
             conn = self._connection()
             try:
                 with immediate(conn):
-                    conn.executemany(
-                        "INSERT OR IGNORE INTO embeddings (key, model, dim, vector) VALUES (?, ?, ?, ?)", rows
-                    )
+                    conn.executemany(f"INSERT OR IGNORE INTO embeddings ({_NAMES}) VALUES (?, ?, ?, ?)", rows)
             except sqlite3.OperationalError as exc:
                 raise LmeError(f"{self.path}: cannot write to the embedding cache ({exc}).") from None
 
@@ -413,8 +412,8 @@ def export_embeddings(cache_path: str | Path, out_path: str | Path, model: str |
                 raise LmeError(f"cache export: {cache_path}: not an lme embedding cache (no embeddings table).")
             where, args = ("WHERE model = ?", (model,)) if model is not None else ("", ())
             with immediate(conn):
-                conn.execute("INSERT INTO main.embeddings (key, model, dim, vector) "
-                             f"SELECT key, model, dim, vector FROM source.embeddings {where} ORDER BY key", args)
+                conn.execute(f"INSERT INTO main.embeddings ({_NAMES}) "
+                             f"SELECT {_NAMES} FROM source.embeddings {where} ORDER BY key", args)
             available = _models(conn, "source")
         models = _models(conn, "main")
         if model is not None and not models:
