@@ -260,8 +260,22 @@ class JobRun:
             profile=json.dumps({"num_questions": data.n_questions, "sha256": data.sha256,
                                 "question_ids_sha256": data.question_ids_sha256}),
         )
-        self.client.log_inputs(self.run_id, datasets=[
-            DatasetInput(dataset, tags=[InputTag("mlflow.data.context", "evaluation")])])
+        self._log_evaluation_input(DatasetInput(dataset, tags=[InputTag("mlflow.data.context", "evaluation")]))
+
+    def _log_evaluation_input(self, dataset_input: Any, attempts: int = 5) -> None:
+        """Log one dataset input. The store inserts a dataset it has not seen (experiment, name, digest) in its
+        own step, so jobs of one sweep logging the same file at once can collide on that insert
+        (`UNIQUE constraint failed: datasets...`); the dataset then exists, and the next attempt links to it."""
+        from mlflow.exceptions import MlflowException
+
+        for attempt in range(attempts):
+            try:
+                self.client.log_inputs(self.run_id, datasets=[dataset_input])
+                return
+            except MlflowException as error:
+                if "UNIQUE constraint" not in str(error) or attempt == attempts - 1:
+                    raise
+                time.sleep(0.05 * (attempt + 1))
 
     def adopt_children_dataset(self) -> bool:
         """Log on this (parent) run the dataset its finished children all read, so the runs table shows it on the
@@ -275,8 +289,7 @@ class JobRun:
         if len(datasets) != 1:
             return False
         (dataset,) = datasets.values()
-        self.client.log_inputs(self.run_id, datasets=[
-            DatasetInput(dataset, tags=[InputTag("mlflow.data.context", "evaluation")])])
+        self._log_evaluation_input(DatasetInput(dataset, tags=[InputTag("mlflow.data.context", "evaluation")]))
         return True
 
     def log_table(self, rows: Sequence[Mapping[str, Any]], artifact_file: str) -> None:

@@ -1,6 +1,6 @@
 """Benchmark stage `backends`: the embedding backends side by side (`embedding.backend` x `embedding.precision`).
 
-    python scripts/bench_backends.py [--texts 2000] [--recall-file MINI] [--recall-questions 16]
+    python scripts/bench_backends.py [--texts 2000] [--recall-file MINI] [--recall-questions 16] [--recall-cache DIR]
                                      [--backends torch/fp32,onnx/fp32,onnx/int8,openvino/fp32,openvino/int8]
 
 Speed: the first `--texts` distinct turn texts of LongMemEval-S (file order), encoded by every backend in
@@ -83,14 +83,19 @@ def speed(backends: list[str], texts: list[str], block: int) -> dict[str, dict[s
     return out
 
 
-def recall(backend: str, path: Path, questions: int | None, k: int = 10) -> dict[str, float]:
-    """Official turn- and session-level recall_any@k of the semantic retriever with `backend` (own cache)."""
+def recall(backend: str, path: Path, questions: int | None, k: int = 10,
+           cache_dir: Path | None = None) -> dict[str, float]:
+    """Official turn- and session-level recall_any@k of the semantic retriever with `backend`, on its own cache:
+    a fresh temporary one, or `cache_dir/<runtime>-<precision>.sqlite` kept between runs (so a long recall run
+    killed part-way resumes, and a rerun encodes nothing)."""
     from lme.data.load import load_questions, select
     from lme.retrieval.official import official_name, official_scores, official_summary
 
     chosen = select(load_questions(path), questions)
     with tempfile.TemporaryDirectory(prefix="lme-bench-backends-") as folder:
-        ranker = retriever(backend, Path(folder) / "embeddings.sqlite")
+        base = Path(folder) if cache_dir is None else cache_dir
+        base.mkdir(parents=True, exist_ok=True)
+        ranker = retriever(backend, base / f"{backend.replace('/', '-')}.sqlite")
         ranker.prepare(chosen)
         scores = [official_scores(q, ranker.rank(q, sum(1 for _ in q.turns())).turn_ids, ks=(k,)) for q in chosen]
         ranker.close()
@@ -101,11 +106,11 @@ def recall(backend: str, path: Path, questions: int | None, k: int = 10) -> dict
 
 
 def rows(texts: int = 2000, block: int = 200, backends: tuple[str, ...] = ALL, recall_file: Path = DEFAULT_MINI,
-         recall_questions: int | None = None, data: Path = DEFAULT_S) -> list[Row]:
+         recall_questions: int | None = None, data: Path = DEFAULT_S, recall_cache: Path | None = None) -> list[Row]:
     sample = sample_texts(data, texts)
     measured = speed(list(backends), sample, block)
     base = measured[backends[0]]["texts_per_s"]
-    recalls = {backend: recall(backend, recall_file, recall_questions)
+    recalls = {backend: recall(backend, recall_file, recall_questions, cache_dir=recall_cache)
                for backend in backends if backend == backends[0] or backend.endswith("int8")}
     out: list[Row] = []
     for backend in backends:
@@ -131,11 +136,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backends", default=",".join(ALL), help="RUNTIME/PRECISION,... (the first is the reference)")
     parser.add_argument("--recall-file", type=Path, default=DEFAULT_MINI)
     parser.add_argument("--recall-questions", type=int, default=None, help="first N questions of the recall file")
+    parser.add_argument("--recall-cache", type=Path, default=None,
+                        help="folder for the recall runs' embedding caches, kept (default: fresh temporary ones)")
     parser.add_argument("--data", type=Path, default=DEFAULT_S)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     found = rows(args.texts, args.block, tuple(args.backends.split(",")), args.recall_file, args.recall_questions,
-                 args.data)
+                 args.data, args.recall_cache)
     report(found, args.json)
     return 0
 

@@ -54,3 +54,43 @@ def test_job_run_writes_params_metrics_tags_and_artifacts(tmp_path):
     assert run.info.status == "FINISHED"
     assert [a.path for a in client.list_artifacts(child.run_id, "notes")] == ["notes/hello.txt"]
     assert (tmp_path / "mlruns").is_dir()
+
+
+def test_a_dataset_another_job_registered_first_is_linked_not_a_failure(tmp_path):
+    """Jobs of one sweep log the same data file at once: the store inserts the dataset in its own step, so the
+    slower job's insert fails on the unique (experiment, name, digest). Reproduced in order: between this
+    job's look-up and its insert, another job registers the dataset. The job must link to it and go on."""
+    from pathlib import Path
+
+    from mlflow.exceptions import MlflowException
+
+    from lme.tracking import DataInput
+
+    settings = TrackingSettings(uri=f"sqlite:///{tmp_path}/mlflow.db", artifact_location=str(tmp_path / "mlruns"))
+    first, second = JobRun(settings, "a", {"lme.role": "job"}), JobRun(settings, "b", {"lme.role": "job"})
+    data = DataInput("sample", Path("/data/sample.json"), "ab" * 32, 16, "cd" * 32)
+    real_log_inputs = first.client.log_inputs
+    calls = []
+
+    def log_inputs_losing_the_race(run_id, datasets=None, **kwargs):
+        calls.append(run_id)
+        if len(calls) == 1:
+            second.log_dataset(data)  # the other job wins the insert ...
+            raise MlflowException(  # ... and the store answers this job as the server did in CI
+                "BAD_REQUEST: (sqlite3.IntegrityError) UNIQUE constraint failed: datasets.experiment_id, "
+                "datasets.name, datasets.digest")
+        return real_log_inputs(run_id, datasets=datasets, **kwargs)
+
+    first.client.log_inputs = log_inputs_losing_the_race
+    first.log_dataset(data)
+    assert len(calls) == 2
+    for job in (first, second):
+        inputs = job.client.get_run(job.run_id).inputs.dataset_inputs
+        assert [(i.dataset.name, i.dataset.digest) for i in inputs] == [("sample", ("ab" * 32)[:12])]
+
+    def other_failure(run_id, datasets=None, **kwargs):
+        raise MlflowException("RESOURCE_DOES_NOT_EXIST: run gone")
+
+    first.client.log_inputs = other_failure
+    with pytest.raises(MlflowException, match="run gone"):  # anything else is not retried
+        first.log_dataset(data)
