@@ -9,6 +9,15 @@ from __future__ import annotations
 import os
 
 os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+# MiniLM's default backend is an ONNX export (conf/embedding/minilm.yaml): one export per test process, shared by
+# every test's cache (lme.retrieval.onnx_runtime.exports_root), instead of one per test's cache folder
+if not os.environ.get("LME_ONNX_DIR"):
+    import atexit
+    import shutil
+    import tempfile
+
+    os.environ["LME_ONNX_DIR"] = tempfile.mkdtemp(prefix="lme-test-onnx-")
+    atexit.register(shutil.rmtree, os.environ["LME_ONNX_DIR"], True)
 
 import pytest  # noqa: E402
 

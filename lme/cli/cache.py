@@ -10,7 +10,7 @@ network filesystems); after a sweep, merge them into the cache the next run read
 already has are kept; merging the same file twice adds nothing.
 
 `export` writes the embedding cache's vectors (of one model with `--model`, e.g.
-`sentence-transformers/all-MiniLM-L6-v2`) to one portable SQLite file: each vector under its content
+`sentence-transformers/all-MiniLM-L6-v2|onnx-int8`, MiniLM's default backend) to one portable SQLite file: each vector under its content
 address (SHA-256 of model id, prompt and text; the model id names its backend and precision where it has
 them, so vectors of different precision never mix), with a manifest of models, dims, count and a digest.
 `import` verifies that file (digest, count, dims, dtype) and adds its vectors to the embedding cache; a

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import tempfile
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -410,21 +409,17 @@ class DenseRetriever:
 
         check_runtime(runtime, precision)
         if backend == "sentence-transformers" and runtime != "torch":
-            from lme.retrieval.onnx_runtime import OnnxEncoder
+            from lme.retrieval.onnx_runtime import OnnxEncoder, exports_root
 
             source = SentenceTransformerEncoder(model, device="cpu", batch_size=batch_size, max_seq_length=max_seq_length)
-            root = (Path(str(cache_path)).expanduser().parent if cache_path not in (None, "")
-                    else Path(tempfile.gettempdir()) / "lme-embedding") / "onnx"
             self.encoder: SentenceTransformerEncoder | LiteLLMEncoder | OnnxEncoder = OnnxEncoder(
-                source.load, source.model_id, runtime, precision, root, batch_size, max_seq_length)
+                source.load, source.model_id, runtime, precision, exports_root(cache_path), batch_size, max_seq_length,
+                gpu_wanted=device != "cpu")
         elif backend == "sentence-transformers":
             self.encoder = SentenceTransformerEncoder(
                 model, device=device, batch_size=batch_size, max_seq_length=max_seq_length
             )
-        elif backend == "litellm" and runtime != "torch":
-            raise LmeError(f"retriever {name}: embedding.backend={runtime} runs a local model; the litellm backend "
-                           f"calls an API (leave embedding.backend=torch).")
-        elif backend == "litellm":
+        elif backend == "litellm":  # an API's vectors: embedding.backend and precision (local models) do not apply
             self.encoder = LiteLLMEncoder(
                 model, api_base=api_base, api_key_env=api_key_env, batch_size=batch_size,
                 dimensions=dimensions, timeout_s=timeout_s, max_attempts=max_attempts, concurrency=concurrency,

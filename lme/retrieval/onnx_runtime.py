@@ -15,7 +15,8 @@ which pin `transformers` below the version lme installs; so lme exports and quan
 `onnxruntime.quantization` directly, the same steps those backends take.
 
 An export is written once per model, library versions and precision under `<cache_dir>/onnx/` (beside the
-embedding cache), atomically, and checked before use: on a fixed set of probe texts the fp32 export must
+embedding cache; `$LME_ONNX_DIR` instead when set, one folder any number of caches share), atomically, and
+checked before use: on a fixed set of probe texts the fp32 export must
 give the same vectors as torch (cosine >= 0.9999 on each), else it is refused. The cache key of the vectors
 (`model_id`) names the backend and precision, so vectors of different precision never mix; torch fp32 keeps
 the plain model id, so caches filled before this option stay valid.
@@ -32,12 +33,15 @@ cannot drop it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import logging
 import os
+import sys
 import tempfile
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +61,18 @@ PROBE_TEXTS = (
     "which I still have to book flights for.",
 )
 MIN_PROBE_COSINE = 0.9999
+EXPORTS_ENV = "LME_ONNX_DIR"
+
+
+def exports_root(cache_path: str | Path | None) -> Path:
+    """Where a model's exports go: `$LME_ONNX_DIR` when set, else `onnx/` beside the embedding cache file
+    (a temporary folder for a retriever without one)."""
+    chosen = os.environ.get(EXPORTS_ENV, "").strip()
+    if chosen:
+        return Path(chosen).expanduser()
+    if cache_path in (None, ""):
+        return Path(tempfile.gettempdir()) / "lme-embedding" / "onnx"
+    return Path(str(cache_path)).expanduser().parent / "onnx"
 
 
 def check_runtime(runtime: str, precision: str) -> None:
@@ -129,12 +145,28 @@ def quantize_int8(source: Path, path: Path) -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     def write(temp: str) -> None:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _quiet_root_logger():
             warnings.simplefilter("ignore")
             quantize_dynamic(str(source), temp, weight_type=QuantType.QInt8, per_channel=True,
                              op_types_to_quantize=["MatMul"], extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
 
     _atomic(path, write)
+
+
+@contextlib.contextmanager
+def _quiet_root_logger() -> Iterator[None]:
+    """ONNX Runtime's quantization logs a line per tensor (and advice) on the root logger, which a Hydra run
+    prints at INFO; below ERROR, those records are dropped while it runs."""
+    root = logging.getLogger()
+
+    def keep(record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR
+
+    root.addFilter(keep)
+    try:
+        yield
+    finally:
+        root.removeFilter(keep)
 
 
 def _input_names(model: Any) -> tuple[str, ...]:
@@ -170,6 +202,13 @@ class _Session:
         return np.asarray(self._request.infer(feed)[self._compiled.output(0)])
 
 
+def _gpu_available() -> bool:
+    import torch
+
+    mps = getattr(torch.backends, "mps", None)
+    return bool(torch.cuda.is_available() or (mps is not None and mps.is_available()))
+
+
 def _missing(runtime: str, precision: str) -> str | None:
     import importlib.util
 
@@ -182,7 +221,7 @@ class OnnxEncoder:
     """Texts -> unit vectors with an exported model (see the module doc), loaded on first use."""
 
     def __init__(self, model: Any, model_id: str, runtime: str, precision: str, root: Path, batch_size: int,
-                 max_seq_length: int | None, threads: int | None = None) -> None:
+                 max_seq_length: int | None, threads: int | None = None, gpu_wanted: bool = False) -> None:
         check_runtime(runtime, precision)
         if runtime == "torch":
             raise LmeError("OnnxEncoder runs backend onnx or openvino; torch is SentenceTransformerEncoder.")
@@ -199,10 +238,15 @@ class OnnxEncoder:
         self._tokenizer: Any = None
         self._max_length: int | None = None
         self.probe_cosine: float | None = None  # the export's smallest cosine to torch on the probe texts
+        self.gpu_wanted = gpu_wanted  # the retriever's device was not `cpu`: say so if a GPU sits idle
 
     @property
     def model_id(self) -> str:
         return self.base_model_id + runtime_suffix(self.runtime, self.precision)
+
+    @property
+    def loaded(self) -> bool:
+        return self._session is not None
 
     def files(self) -> tuple[Path, Path]:
         """(the fp32 export, the file this encoder runs)."""
@@ -215,13 +259,18 @@ class OnnxEncoder:
             return
         absent = _missing(self.runtime, self.precision)
         if absent:
+            remedy = ('pip install -e ".[fast-cpu]"' if absent == "openvino"
+                      else "they are dependencies of lme: pip install -e .")
             raise LmeError(f"embedding.backend={self.runtime} precision={self.precision} needs the package(s) "
-                           f"{absent} (pip install -e \".[fast-cpu]\").")
+                           f"{absent} ({remedy}).")
         model = self._load_model()
         self._no_prompt = any(type(module).__name__ == "Pooling" and getattr(module, "include_prompt", True) is False
                               for module in model)
         fp32, target = self.files()
         try:
+            if not target.is_file():
+                print(f"lme: exporting {self.base_model_id} to ONNX ({self.precision}) in {target.parent}, once for "
+                      f"this model and these library versions", file=sys.stderr)
             if not fp32.is_file():
                 export_fp32(model, fp32)
             if target != fp32 and not target.is_file():
@@ -232,6 +281,10 @@ class OnnxEncoder:
         except Exception as exc:  # noqa: BLE001 - export, quantization and runtime errors end here
             raise LmeError(f"embedding model {self.base_model_id}: backend {self.runtime} ({self.precision}) "
                            f"could not be prepared in {target.parent} ({first_line(exc)}).") from None
+        if self.gpu_wanted and _gpu_available():
+            print(f"lme: embedding.backend={self.runtime} runs {self.base_model_id} on the CPU although a GPU is "
+                  f"available; embedding.backend=torch embedding.precision=fp32 uses the GPU (other vectors, their "
+                  f"own cache key).", file=sys.stderr)
         self._tokenizer = model.tokenizer
         self._max_length = self.max_seq_length or model.max_seq_length
         self._session = session

@@ -17,11 +17,13 @@ from pathlib import Path
 
 import pytest
 from embedding_data import record, write_dataset
+from omegaconf import OmegaConf
 
 from lme.cli import run_subcommand
 from lme.data.load import load_questions
 from lme.retrieval.dense import DenseRetriever
 
+CONF = Path(__file__).resolve().parents[2] / "conf"
 SUMMARY = re.compile(r"(\d[\d,]*) texts requested, (\d[\d,]*) distinct; (\d[\d,]*) already cached, "
                      r"(\d[\d,]*) encoded in ([\d.,]+) s")
 
@@ -61,7 +63,9 @@ def test_embed_fills_exactly_what_ranking_asks_for_once_across_histories(tmp_pat
     assert run_subcommand("embed", args) == 0  # a second run encodes nothing
     assert numbers(capsys.readouterr().out) == (39, 16, 16, 0)
 
-    dense = DenseRetriever(model="minilm-packaged", device="cpu", cache_path=tmp_path / "cache" / "embeddings.sqlite")
+    default = OmegaConf.load(CONF / "embedding" / "minilm.yaml")  # the backend and precision `lme embed` used
+    dense = DenseRetriever(model="minilm-packaged", device="cpu", cache_path=tmp_path / "cache" / "embeddings.sqlite",
+                           runtime=default.backend, precision=default.precision)
     for question in load_questions(data):
         dense.rank(question, 5)
     assert dense.counters().encoded == 0 and not dense.encoder.loaded  # ranking found every vector it needed

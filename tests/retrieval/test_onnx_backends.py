@@ -14,10 +14,10 @@ import pytest
 
 from lme.errors import LmeError
 from lme.retrieval.dense import DenseRetriever, top_by_cosine
-from lme.retrieval.onnx_runtime import check_runtime, export_dir, runtime_suffix
+from lme.retrieval.onnx_runtime import EXPORTS_ENV, check_runtime, export_dir, exports_root, runtime_suffix
 
 needs_onnx = pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None or importlib.util.find_spec("onnx") is None,
-                                reason="onnx / onnxruntime not installed (pip install -e '.[fast-cpu]')")
+                                reason="onnx / onnxruntime not installed (pip install -e .)")
 needs_openvino = pytest.mark.skipif(importlib.util.find_spec("openvino") is None,
                                     reason="openvino not installed (pip install -e '.[fast-cpu]')")
 
@@ -34,6 +34,21 @@ TEXTS = [
     "Remind me which museum we visited in Vienna.",
 ] * 2 + ["a short one", "x" * 3000]  # repeats, a one-liner and one longer than the model's token limit
 QUERY = "when is my sister getting married"
+
+
+@pytest.fixture(autouse=True)
+def _exports_beside_the_cache(monkeypatch):
+    """These tests check where exports go: the suite's shared export folder (conftest) is not theirs."""
+    monkeypatch.delenv(EXPORTS_ENV, raising=False)
+
+
+def test_exports_go_beside_the_cache_unless_one_shared_folder_is_named(tmp_path, monkeypatch):
+    assert exports_root(tmp_path / "a" / "embeddings.sqlite") == tmp_path / "a" / "onnx"
+    assert exports_root(None).name == "onnx"
+    monkeypatch.setenv(EXPORTS_ENV, str(tmp_path / "shared"))
+    assert exports_root(tmp_path / "a" / "embeddings.sqlite") == exports_root(None) == tmp_path / "shared"
+    retriever = _retriever(tmp_path / "b", "onnx", "int8")
+    assert retriever.encoder.files()[1].parent.parent == tmp_path / "shared"
 
 
 def _retriever(tmp_path, runtime="torch", precision="fp32", cache="embeddings.sqlite"):
@@ -53,9 +68,12 @@ def test_a_bad_backend_or_precision_is_one_sentence(tmp_path, runtime, precision
         _retriever(tmp_path, runtime, precision)
 
 
-def test_an_api_model_takes_no_local_backend(tmp_path):
-    with pytest.raises(LmeError, match="runs a local model; the litellm backend calls an API"):
-        DenseRetriever("openai/text-embedding-3-small", backend="litellm", runtime="onnx", cache_path=tmp_path / "e.sqlite")
+def test_a_local_backend_does_not_apply_to_an_api_model(tmp_path):
+    """MiniLM's default (onnx, int8) comes with the embedding group; an API model's vectors are the API's."""
+    api = DenseRetriever("openai/text-embedding-3-small", backend="litellm", runtime="onnx", precision="int8",
+                         cache_path=tmp_path / "e.sqlite")
+    assert api.model_id == DenseRetriever("openai/text-embedding-3-small", backend="litellm",
+                                          cache_path=tmp_path / "e.sqlite").model_id == "litellm:openai/text-embedding-3-small"
 
 
 def test_the_backend_and_precision_are_part_of_the_vectors_key(tmp_path):
@@ -70,7 +88,7 @@ def test_the_backend_and_precision_are_part_of_the_vectors_key(tmp_path):
 
 @needs_onnx
 @pytest.mark.slow  # exports MiniLM to ONNX and quantizes it (~20 s)
-def test_onnx_gives_torchs_vectors_at_fp32_close_ones_at_int8_and_keeps_them_apart(tmp_path):
+def test_onnx_gives_torchs_vectors_at_fp32_close_ones_at_int8_and_keeps_them_apart(tmp_path, monkeypatch):
     torch_side = _retriever(tmp_path)
     reference = torch_side.embed(TEXTS, "")
     query = torch_side.embed([QUERY], "")[0]
@@ -98,6 +116,12 @@ def test_onnx_gives_torchs_vectors_at_fp32_close_ones_at_int8_and_keeps_them_apa
     again = _retriever(tmp_path, "onnx", "int8", cache="other.sqlite")
     assert np.allclose(again.embed(TEXTS[:3], ""), close[:3], atol=1e-6)
     assert next((tmp_path / "onnx").rglob("model.int8.onnx")).stat().st_mtime_ns == stamp
+    # with LME_ONNX_DIR naming that folder, a cache elsewhere uses the same exports
+    monkeypatch.setenv(EXPORTS_ENV, str(tmp_path / "onnx"))
+    elsewhere = _retriever(tmp_path / "elsewhere", "onnx", "int8")
+    assert np.allclose(elsewhere.embed(TEXTS[:3], ""), close[:3], atol=1e-6)
+    assert next((tmp_path / "onnx").rglob("model.int8.onnx")).stat().st_mtime_ns == stamp
+    assert not (tmp_path / "elsewhere" / "onnx").exists()
 
 
 @needs_onnx
