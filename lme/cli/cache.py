@@ -10,14 +10,14 @@ network filesystems); after a sweep, merge them into the cache the next run read
 already has are kept; merging the same file twice adds nothing.
 
 `export` writes the embedding cache's vectors (of one model with `--model`, e.g.
-`sentence-transformers/all-MiniLM-L6-v2|onnx-int8`, MiniLM's default backend) to one portable SQLite file: each vector under its content
-address (SHA-256 of model id, prompt and text; the model id names its backend and precision where it has
-them, so vectors of different precision never mix), with a manifest of models, dims, count and a digest.
-`import` verifies that file (digest, count, dims, dtype) and adds its vectors to the embedding cache; a
-vector already there is skipped when identical, and a different one under the same key stops the import
-(nothing imported, exit 2) unless `--keep-existing` keeps the cache's and imports the rest. A teammate who
-imports the file encodes nothing that it holds. The embedding cache is the run's semantic retriever's
-`cache_path` (default `<cache_dir>/embeddings.sqlite`), or `--cache FILE`.
+`sentence-transformers/all-MiniLM-L6-v2|onnx-int8`, MiniLM on its default backend) to one portable SQLite
+file: each vector under its content address (SHA-256 of model id, prompt and text; the model id names its
+backend and precision where it has them, so vectors of different precision never mix), with a manifest of
+models, dims, count and a digest. `import` verifies that file (digest, count, dims, dtype) and adds its
+vectors to the embedding cache; a vector already there is skipped when identical, and a different one under
+the same key stops the import (nothing imported, exit 2) unless `--keep-existing` keeps the cache's and
+imports the rest. A teammate who imports the file encodes nothing that it holds. The embedding cache is the
+run's semantic retriever's `cache_path` (default `<cache_dir>/embeddings.sqlite`), or `--cache FILE`.
 """
 
 from __future__ import annotations

@@ -143,6 +143,31 @@ def test_a_broken_export_is_refused_in_one_sentence_naming_it(tmp_path):
         retriever.embed(TEXTS[:2], "")
 
 
+@needs_onnx
+@pytest.mark.slow  # exports MiniLM to ONNX and quantizes it (~20 s)
+def test_an_int8_file_that_gives_other_vectors_is_refused(tmp_path):
+    """A quantized file that loads but is not this model (here: its word embeddings scrambled) is caught by the
+    probe texts before any vector reaches the cache."""
+    import onnx
+    from onnx import numpy_helper
+
+    good = _retriever(tmp_path, "onnx", "int8")
+    assert good.encoder.load() is None and 0.95 <= good.encoder.probe_cosine < 1.0
+    _, int8 = good.encoder.files()
+    model = onnx.load(str(int8))
+    largest = max(model.graph.initializer, key=lambda tensor: int(np.prod(tensor.dims)))
+    values = numpy_helper.to_array(largest)
+    scrambled = np.random.default_rng(0).permutation(values.reshape(values.shape[0], -1)).reshape(values.shape)
+    largest.CopyFrom(numpy_helper.from_array(scrambled, largest.name))
+    onnx.save(model, str(int8))
+    broken = _retriever(tmp_path, "onnx", "int8", cache="other.sqlite")
+    with pytest.raises(LmeError, match=r"the onnx int8 export at .*model\.int8\.onnx gives other vectors than torch"):
+        broken.embed(TEXTS[:2], "")
+    with sqlite3.connect(tmp_path / "other.sqlite") as db:
+        tables = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        assert not tables or db.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0] == 0
+
+
 MINI = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "longmemeval" / "longmemeval_s_cleaned_mini.json.xz"
 
 
