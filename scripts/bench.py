@@ -75,7 +75,9 @@ def _runners(options: argparse.Namespace) -> dict[str, Callable[[], list[Row]]]:
         "embedding": lambda: bench_embedding.rows(options.path, options.questions, options.embed_texts,
                                                   options.embed_block, options.device),
         "backends": lambda: bench_backends.rows(options.backend_texts, options.embed_block,
-                                                recall_questions=options.backend_recall_questions, data=options.path),
+                                                recall_file=options.backend_recall_file,
+                                                recall_questions=options.backend_recall_questions, data=options.path,
+                                                recall_cache=options.backend_recall_cache),
         "fill": lambda: bench_fill.rows(options.path, options.fill_questions, options.fill_backend),
         "orchestration": lambda: _orchestration(options),
         "scale": lambda: bench_scale.rows(options.scale_questions, options.scale_sessions),
@@ -103,8 +105,12 @@ def parser() -> argparse.ArgumentParser:
     group.add_argument("--device", default="cpu", help="embedding device, the same for both sides (cpu)")
     group.add_argument("--backend-texts", type=int, default=2000,
                        help="S turns each embedding backend encodes, side by side (2000; stage backends)")
+    group.add_argument("--backend-recall-file", type=Path, default=None,
+                       help="the file recall@10 per backend is measured on (default: the mini file)")
     group.add_argument("--backend-recall-questions", type=int, default=None,
-                       help="questions of the mini file for recall@10 per backend (default all 16)")
+                       help="its first N questions (default all; the README's figure: S, 100)")
+    group.add_argument("--backend-recall-cache", type=Path, default=None,
+                       help="a folder keeping the recall runs' embedding caches (default: fresh temporary ones)")
     group = out.add_argument_group("fill")
     group.add_argument("--fill-questions", type=int, default=10,
                        help="questions `lme embed` fills, to project the whole file's fill from (10)")

@@ -105,8 +105,9 @@ def recall(backend: str, path: Path, questions: int | None, k: int = 10,
             "n": summary.n_scored}
 
 
-def rows(texts: int = 2000, block: int = 200, backends: tuple[str, ...] = ALL, recall_file: Path = DEFAULT_MINI,
+def rows(texts: int = 2000, block: int = 200, backends: tuple[str, ...] = ALL, recall_file: Path | None = None,
          recall_questions: int | None = None, data: Path = DEFAULT_S, recall_cache: Path | None = None) -> list[Row]:
+    recall_file = recall_file or DEFAULT_MINI
     sample = sample_texts(data, texts)
     measured = speed(list(backends), sample, block)
     base = measured[backends[0]]["texts_per_s"]
