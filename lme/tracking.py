@@ -250,7 +250,7 @@ class JobRun:
     def log_dataset(self, data: DataInput) -> None:
         """The job's input as an MLflow dataset: the runs table's Dataset column shows it, and runs can be
         filtered by it (`dataset.name = 's'`, `dataset.digest = '...'`)."""
-        from mlflow.entities import Dataset, DatasetInput, InputTag
+        from mlflow.entities import Dataset
 
         dataset = Dataset(
             name=data.name,
@@ -260,14 +260,16 @@ class JobRun:
             profile=json.dumps({"num_questions": data.n_questions, "sha256": data.sha256,
                                 "question_ids_sha256": data.question_ids_sha256}),
         )
-        self._log_evaluation_input(DatasetInput(dataset, tags=[InputTag("mlflow.data.context", "evaluation")]))
+        self._log_evaluation_input(dataset)
 
-    def _log_evaluation_input(self, dataset_input: Any, attempts: int = 5) -> None:
-        """Log one dataset input. The store inserts a dataset it has not seen (experiment, name, digest) in its
+    def _log_evaluation_input(self, dataset: Any, attempts: int = 5) -> None:
+        """Log `dataset` (an MLflow `Dataset`) as this run's evaluation input. The store inserts a dataset it has not seen (experiment, name, digest) in its
         own step, so jobs of one sweep logging the same file at once can collide on that insert
         (`UNIQUE constraint failed: datasets...`); the dataset then exists, and the next attempt links to it."""
+        from mlflow.entities import DatasetInput, InputTag
         from mlflow.exceptions import MlflowException
 
+        dataset_input = DatasetInput(dataset, tags=[InputTag("mlflow.data.context", "evaluation")])
         for attempt in range(attempts):
             try:
                 self.client.log_inputs(self.run_id, datasets=[dataset_input])
@@ -280,8 +282,6 @@ class JobRun:
     def adopt_children_dataset(self) -> bool:
         """Log on this (parent) run the dataset its finished children all read, so the runs table shows it on the
         parent's row too; nothing when they read different files. Returns whether one was logged."""
-        from mlflow.entities import DatasetInput, InputTag
-
         children = self.client.search_runs([experiment_id(self.settings)],
                                            filter_string=f"tags.mlflow.parentRunId = '{self.run_id}'", max_results=10_000)
         datasets = {(d.dataset.name, d.dataset.digest): d.dataset for child in children
@@ -289,7 +289,7 @@ class JobRun:
         if len(datasets) != 1:
             return False
         (dataset,) = datasets.values()
-        self._log_evaluation_input(DatasetInput(dataset, tags=[InputTag("mlflow.data.context", "evaluation")]))
+        self._log_evaluation_input(dataset)
         return True
 
     def log_table(self, rows: Sequence[Mapping[str, Any]], artifact_file: str) -> None:

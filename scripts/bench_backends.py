@@ -20,6 +20,7 @@ Prints a markdown table; `--json FILE` writes the rows.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import tempfile
 import time
@@ -92,10 +93,10 @@ def recall(backend: str, path: Path, questions: int | None, k: int = 10,
     from lme.retrieval.official import official_name, official_scores, official_summary
 
     chosen = select(load_questions(path), questions)
-    with tempfile.TemporaryDirectory(prefix="lme-bench-backends-") as folder:
-        base = Path(folder) if cache_dir is None else cache_dir
-        base.mkdir(parents=True, exist_ok=True)
-        ranker = retriever(backend, base / f"{backend.replace('/', '-')}.sqlite")
+    kept = contextlib.nullcontext(cache_dir) if cache_dir else tempfile.TemporaryDirectory(prefix="lme-bench-backends-")
+    with kept as folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        ranker = retriever(backend, Path(folder) / f"{backend.replace('/', '-')}.sqlite")
         ranker.prepare(chosen)
         scores = [official_scores(q, ranker.rank(q, sum(1 for _ in q.turns())).turn_ids, ks=(k,)) for q in chosen]
         ranker.close()

@@ -89,8 +89,11 @@ def test_a_dataset_another_job_registered_first_is_linked_not_a_failure(tmp_path
         assert [(i.dataset.name, i.dataset.digest) for i in inputs] == [("sample", ("ab" * 32)[:12])]
 
     def other_failure(run_id, datasets=None, **kwargs):
+        calls.append(run_id)
         raise MlflowException("RESOURCE_DOES_NOT_EXIST: run gone")
 
+    calls.clear()
     first.client.log_inputs = other_failure
-    with pytest.raises(MlflowException, match="run gone"):  # anything else is not retried
+    with pytest.raises(MlflowException, match="run gone"):
         first.log_dataset(data)
+    assert len(calls) == 1  # anything else is not retried

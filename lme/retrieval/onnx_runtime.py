@@ -64,6 +64,7 @@ PROBE_TEXTS = (
 # int8 moves them a little (MiniLM: 0.974 at worst on the probes, 0.975 over 2,000 S turns), a broken file far.
 MIN_PROBE_COSINE = {"fp32": 0.9999, "int8": 0.95}
 EXPORTS_ENV = "LME_ONNX_DIR"
+TORCH_FP32 = "embedding.backend=torch embedding.precision=fp32"  # the way back to sentence-transformers itself
 
 
 def exports_root(cache_path: str | Path | None) -> Path:
@@ -285,7 +286,7 @@ class OnnxEncoder:
                            f"could not be prepared in {target.parent} ({first_line(exc)}).") from None
         if self.gpu_wanted and _gpu_available():
             print(f"lme: embedding.backend={self.runtime} runs {self.base_model_id} on the CPU although a GPU is "
-                  f"available; embedding.backend=torch embedding.precision=fp32 uses the GPU (other vectors, their "
+                  f"available; {TORCH_FP32} uses the GPU (other vectors, their "
                   f"own cache key).", file=sys.stderr)
         self._tokenizer = model.tokenizer
         self._max_length = self.max_seq_length or model.max_seq_length
@@ -298,14 +299,14 @@ class OnnxEncoder:
             raise LmeError(f"embedding model {self.base_model_id}: the {self.runtime} {self.precision} export at {target} "
                            f"gives other vectors than torch (cosine {self.probe_cosine:.5f} < "
                            f"{MIN_PROBE_COSINE[self.precision]}); delete it to "
-                           f"export again, or use embedding.backend=torch embedding.precision=fp32.")
+                           f"export again, or use {TORCH_FP32}.")
 
     def encode(self, texts: Sequence[str], prompt: str) -> np.ndarray:
         with self._lock:
             self.load()
             if prompt and self._no_prompt:
                 raise LmeError(f"embedding model {self.base_model_id}: its pooling leaves the prompt out, which an "
-                               f"exported graph cannot do; use embedding.backend=torch embedding.precision=fp32.")
+                               f"exported graph cannot do; use {TORCH_FP32}.")
             return self._encode(list(texts), prompt)
 
     def _encode(self, texts: list[str], prompt: str) -> np.ndarray:
