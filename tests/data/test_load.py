@@ -185,6 +185,26 @@ def test_corrupt_compressed_file(tmp_path: Path) -> None:
     _fails(path, "cannot be read")
 
 
+@pytest.mark.parametrize("suffix", [".gz", ".xz"])
+def test_truncated_compressed_file(tmp_path: Path, suffix: str) -> None:
+    whole = _write(tmp_path, [_record("q001"), _record("q002")])
+    compress = {".gz": gzip.compress, ".xz": lzma.compress}[suffix]
+    data = compress(whole.read_bytes())
+    path = tmp_path / f"questions.json{suffix}"
+    path.write_bytes(data[: len(data) * 2 // 3])
+    _fails(path, str(path), "cannot be read as")
+
+
+@pytest.mark.parametrize("suffix", [".gz", ".xz"])
+def test_a_compressed_file_of_several_members_loads_whole(tmp_path: Path, suffix: str) -> None:
+    """`gzip` and `xz` may concatenate members/streams (e.g. `cat a.gz b.gz`): the file is all of them."""
+    text = json.dumps([_record("q001"), _record("q002")]).encode("utf-8")
+    compress = {".gz": gzip.compress, ".xz": lzma.compress}[suffix]
+    path = tmp_path / f"questions.json{suffix}"
+    path.write_bytes(compress(text[:40]) + compress(text[40:]))
+    assert [q.question_id for q in load_questions(path)] == ["q001", "q002"]
+
+
 def test_file_not_found(tmp_path: Path) -> None:
     _fails(tmp_path / "absent.json", "file not found")
 
