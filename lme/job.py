@@ -25,6 +25,7 @@ from lme.data.dataset import load_dataset, question_ids_of
 from lme.design import Design, plain
 from lme.errors import EXIT_BUDGET, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_SYSTEMIC
 from lme.hashing import file_sha256, sha256_json
+from lme.heap import freeze_long_lived
 from lme.measures import run_measures
 from lme.models.cache import CallCache
 from lme.models.gateway import Gateway, SystemicFailure, preflight
@@ -195,6 +196,7 @@ def _run_job(design: Design) -> dict[str, float]:
 
     attach_memory_gateway([builder, *views.values()], gateway)  # a model-built memory's calls: the same
 
+    freeze_long_lived("job")  # imports and these parts live until exit: no collection walks them again
     params = design.params()  # refuses a key-like value before any MLflow run exists
     dataset_name = design.dataset.name
     tracker = None

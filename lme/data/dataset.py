@@ -19,6 +19,7 @@ from lme.data.load import check_data_file, file_identity, load_questions
 from lme.data.records import Question
 from lme.data.select import Selection, select_questions
 from lme.errors import LmeError
+from lme.heap import freeze_long_lived
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ def load_questions_once(path: Path) -> list[Question]:
         if key not in _LOADED:
             _LOADED.clear()  # free the previous file before loading the next
             _LOADED[key] = load_questions(path)
+            freeze_long_lived(f"file {key}")  # kept until exit: the collector need not walk it again (lme.heap)
         return _LOADED[key]
 
 

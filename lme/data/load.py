@@ -25,6 +25,7 @@ from lme.data.parse import REQUIRED_FIELDS, check_data_file, parse_question
 from lme.data.records import Question
 from lme.data.validate import NESTING_PROBLEM
 from lme.errors import DataError, first_line
+from lme.heap import collection_paused
 
 __all__ = ["REQUIRED_FIELDS", "check_data_file", "load_questions", "parse_question", "read_json", "select"]
 
@@ -84,12 +85,13 @@ def load_questions(path: str | Path, question_ids: Iterable[str] | None = None) 
     fails on an id the file does not hold.
     """
     path = Path(path)
-    raw = read_json(path)
-    if not isinstance(raw, list):
-        raise DataError(f"{path}: expected a JSON array of question records, found {type(raw).__name__}.")
-    if not raw:
-        raise DataError(f"{path}: holds no question (an empty JSON array).")
-    questions = [parse_question(record, path, index) for index, record in enumerate(raw)]
+    with collection_paused():  # millions of objects, none of them garbage: see lme.heap
+        raw = read_json(path)
+        if not isinstance(raw, list):
+            raise DataError(f"{path}: expected a JSON array of question records, found {type(raw).__name__}.")
+        if not raw:
+            raise DataError(f"{path}: holds no question (an empty JSON array).")
+        questions = [parse_question(record, path, index) for index, record in enumerate(raw)]
     seen: set[str] = set()
     for question in questions:
         if question.question_id in seen:

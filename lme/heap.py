@@ -1,0 +1,57 @@
+"""Python's cyclic garbage collector around a study's large, long-lived data.
+
+A LongMemEval file becomes millions of small objects (S: 245,625 turns) that live until the process ends.
+Left alone, the collector walks all of them in every full collection: while the file parses (about 30% of
+the load), a dozen times during a study (each a pause of about 0.25 s holding the GIL, on the event loop's
+core), and again at exit (seconds). Two tools:
+
+- `collection_paused()`: no collection while a file is parsed (nothing it builds is garbage);
+- `freeze_long_lived(what)`: once a file is loaded (and kept for the process's later jobs), and once a job
+  has built its parts, everything alive moves to the collector's permanent generation (`gc.freeze`),
+  which no collection walks again.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+_lock = threading.Lock()
+_pauses = 0  # callers inside `collection_paused`, over all threads
+_was_enabled = False  # whether the collector ran before the first of them paused it
+_frozen: set[str] = set()  # what was frozen already in this process
+
+
+@contextmanager
+def collection_paused() -> Iterator[None]:
+    """No cyclic collection inside the block (for every thread: the collector is per process); the collector
+    is as it was once the last of overlapping blocks (several threads loading files) ends."""
+    global _pauses, _was_enabled
+    with _lock:
+        if _pauses == 0:
+            _was_enabled = gc.isenabled()
+            gc.disable()
+        _pauses += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _pauses -= 1
+            if _pauses == 0 and _was_enabled:
+                gc.enable()
+
+
+def freeze_long_lived(what: str) -> bool:
+    """Move every object alive now to the permanent generation, the first time this process calls it for
+    `what`: right after data that lives until exit was made (a loaded file, kept for the process's later
+    jobs; a job's imports and parts, once per process). A second call for the same `what` does nothing: a
+    later job of the same process (Hydra's basic launcher) shares the file and the parts, and freezing
+    again would also keep the earlier job's uncollected garbage for good. True when this call froze."""
+    with _lock:
+        if what in _frozen:
+            return False
+        _frozen.add(what)
+    gc.freeze()
+    return True

@@ -1,0 +1,93 @@
+"""lme.heap: the garbage collector paused while a file parses, long-lived data frozen once."""
+
+from __future__ import annotations
+
+import gc
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lme import heap
+from lme.data.dataset import _LOADED, load_questions_once
+
+
+@pytest.fixture
+def collector() -> Iterator[None]:
+    """The collector as a test found it, and nothing frozen by the test left frozen."""
+    enabled = gc.isenabled()
+    frozen = set(heap._frozen)
+    yield
+    gc.unfreeze()
+    heap._frozen.clear()
+    heap._frozen.update(frozen)
+    (gc.enable if enabled else gc.disable)()
+
+
+def test_collection_is_paused_inside_and_restored_after(collector: None) -> None:
+    gc.enable()
+    with heap.collection_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()  # a collector someone else disabled stays disabled
+    with heap.collection_paused():
+        assert not gc.isenabled()
+    assert not gc.isenabled()
+
+
+def test_overlapping_pauses_in_two_threads_restore_the_collector_only_when_both_end(collector: None) -> None:
+    gc.enable()
+    inside, release = threading.Event(), threading.Event()
+
+    def other() -> None:
+        with heap.collection_paused():
+            inside.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=other)
+    with heap.collection_paused():
+        thread.start()
+        assert inside.wait(10)
+    assert not gc.isenabled(), "the other thread is still parsing"
+    release.set()
+    thread.join(10)
+    assert gc.isenabled()
+
+
+def test_a_pause_ends_when_the_block_raises(collector: None) -> None:
+    gc.enable()
+    with pytest.raises(ValueError), heap.collection_paused():
+        raise ValueError("bad record")
+    assert gc.isenabled()
+
+
+def test_freezing_happens_once_per_reason(collector: None) -> None:
+    gc.unfreeze()
+    keep = [[index] for index in range(1000)]  # containers the collector tracks
+    assert heap.freeze_long_lived("test data") is True
+    frozen = gc.get_freeze_count()
+    assert frozen >= len(keep)
+    more = [[index] for index in range(1000)]
+    assert heap.freeze_long_lived("test data") is False
+    # (frozen objects that die leave the count: compare with what a second freeze would have added)
+    assert gc.get_freeze_count() < frozen + len(more), "a second call for the same reason froze again"
+    assert heap.freeze_long_lived("other data") is True
+    assert gc.get_freeze_count() >= frozen + len(more) - 100
+
+
+def test_a_loaded_file_is_frozen_and_no_collection_walks_it(collector: None, tmp_path: Path) -> None:
+    from tests.data.test_load import _record
+
+    gc.unfreeze()
+    path = tmp_path / "questions.json"
+    path.write_text(json.dumps([_record("q001"), _record("q002")]), encoding="utf-8")
+    _LOADED.clear()
+    try:
+        questions = load_questions_once(path)
+        assert gc.get_freeze_count() > 0
+        tracked = {id(obj) for generation in range(3) for obj in gc.get_objects(generation)}
+        assert id(questions) not in tracked and id(questions[0].sessions) not in tracked
+    finally:
+        _LOADED.clear()
