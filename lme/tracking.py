@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from lme.hashing import sha256_text
+from lme.store_template import is_new, keep_template, sqlite_path, start_from_template
 
 PARENT_ENV = "LME_PARENT_RUN_ID"
 # lme's own path variables, read by the job's config (`${oc.env:...}`): forwarded to jobs in other processes.
@@ -92,9 +93,14 @@ def client_for(settings: TrackingSettings):
     from mlflow.tracking import MlflowClient
 
     with _store_lock(settings):
+        path = sqlite_path(settings.uri) if settings.uri not in _READY else None
+        new = path is not None and is_new(path)
+        copied = new and start_from_template(path)  # a new store as a copy of an empty one (lme.store_template)
         client = MlflowClient(tracking_uri=settings.uri)
         if settings.uri not in _READY:
             client.search_experiments(max_results=1)  # opens the store now, inside the lock
+            if new and not copied:
+                keep_template(path)  # made by MLflow's migrations: the template of the next new store
         return client
 
 

@@ -64,6 +64,8 @@ if str(HERE) not in sys.path:
 
 from loopback_server import LoopbackServer  # noqa: E402
 
+from lme.store_template import TEMPLATES_ENV  # noqa: E402  (the studies share the caller's template folder)
+
 STAGE = "orchestration"
 KEY_ENV = "LME_BENCH_KEY"
 FAKE_KEY = "bench-not-a-key"
@@ -136,7 +138,7 @@ def study_command(data_path: Path, work: Path, base_url: str, questions: int | N
 
 
 def study_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LME_", "OPENAI"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LME_", "OPENAI")) or k == TEMPLATES_ENV}
     env[KEY_ENV] = FAKE_KEY
     env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"  # no fetch of the price map at import
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
@@ -165,6 +167,7 @@ class StudyRun:
     profile: dict[str, float] | None = None  # category -> active seconds (py-spy), when profiled
     traces: str = "full"  # tracking.traces of the study
     store_bytes: int = 0  # the MLflow store after the study: mlflow.db and mlruns/
+    store_from_template: bool = False  # the new SQLite store was a copy of lme's empty one (lme.store_template)
     trace_cpu_ms: float | None = None  # the trace helper's CPU per question and seed (the jobs' metric), when traced
 
     @property
@@ -213,6 +216,9 @@ def run_study(data_path: Path, questions: int | None, seeds: int, latency: float
     replies = CallCounter()
     spy = py_spy() if profile else None
     raw = work / "profile.txt"
+    from lme.store_template import template_path, usable
+
+    from_template = tracking and usable(template_path())  # the study's environment keeps the user's template folder
     with LoopbackServer(reply=replies, latency_s=latency, record_bodies=False) as server:
         command = study_command(data_path, work, server.base_url, questions, seeds, concurrency, tracking, traces)
         if spy:
@@ -238,7 +244,7 @@ def run_study(data_path: Path, questions: int | None, seeds: int, latency: float
         calls=completed, reader_calls=replies.counts["reader"], judge_calls=replies.counts["judge"],
         max_in_flight=max_in_flight, journaled=total, ledger_paid=_ledger_paid(work / "cache" / "ledger.sqlite"),
         exit_code=code, tracking=tracking, profile=profile_categories(raw) if spy and raw.exists() else None,
-        traces=traces if tracking else "off", store_bytes=store_size(work),
+        traces=traces if tracking else "off", store_bytes=store_size(work), store_from_template=from_template,
         trace_cpu_ms=trace_cpu_ms(work) if tracking and traces != "off" else None,
     )
 
@@ -311,7 +317,12 @@ def row(figure: str, value: float | int | None, unit: str, compared_to: str = ""
 def _counts_note(run: StudyRun) -> str:
     return (f"{run.questions} questions x {run.seeds} seeds, {run.calls} calls ({run.reader_calls} reader, "
             f"{run.judge_calls} judge; {run.ledger_paid} paid in the ledger), server held at most "
-            f"{run.max_in_flight} at once; tracking {'MLflow, temp SQLite store' if run.tracking else 'off'}")
+            f"{run.max_in_flight} at once; tracking {_store_note(run) if run.tracking else 'off'}")
+
+
+def _store_note(run: StudyRun) -> str:
+    how = "a copy of lme's empty store" if run.store_from_template else "made by MLflow's migrations"
+    return f"MLflow, new temp SQLite store ({how}, lme.store_template)"
 
 
 def latency_rows(run: StudyRun) -> list[dict[str, Any]]:
@@ -386,8 +397,9 @@ def startup_rows(data_path: Path, root: Path, concurrency: int, tracking: bool =
         run = run_study(path, STARTUP_QUESTIONS, 1, 0.0, concurrency, root / f"startup{label}", tracking)
         rows.append(row(f"start-up to the first request, from {label}", round(run.first_request_s, 2), "s",
                         "", None, "", None,
-                        f"{path.name}: imports, MLflow store and parent run, loading and validating all of it, "
-                        f"the first memory and token count; wall {run.wall_s:.1f} s for {STARTUP_QUESTIONS} questions"))
+                        f"{path.name}: imports, {_store_note(run) if tracking else 'no tracking'} and parent run, "
+                        f"loading and validating all of it, the first memory and token count; wall {run.wall_s:.1f} s "
+                        f"for {STARTUP_QUESTIONS} questions"))
     return rows
 
 

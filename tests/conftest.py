@@ -18,6 +18,15 @@ if not os.environ.get("LME_ONNX_DIR"):
 
     os.environ["LME_ONNX_DIR"] = tempfile.mkdtemp(prefix="lme-test-onnx-")
     atexit.register(shutil.rmtree, os.environ["LME_ONNX_DIR"], True)
+# New MLflow SQLite stores start from an empty one (lme.store_template): the template of this test process, not
+# the user's cache
+if not os.environ.get("LME_MLFLOW_TEMPLATES"):
+    import atexit
+    import shutil
+    import tempfile
+
+    os.environ["LME_MLFLOW_TEMPLATES"] = tempfile.mkdtemp(prefix="lme-test-mlflow-templates-")
+    atexit.register(shutil.rmtree, os.environ["LME_MLFLOW_TEMPLATES"], True)
 
 import pytest  # noqa: E402
 
