@@ -53,5 +53,6 @@ def freeze_long_lived(what: str) -> bool:
         if what in _frozen:
             return False
         _frozen.add(what)
+    gc.collect(1)  # the young garbage first (milliseconds: the old generation is not walked), not kept for good
     gc.freeze()
     return True

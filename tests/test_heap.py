@@ -91,3 +91,20 @@ def test_a_loaded_file_is_frozen_and_no_collection_walks_it(collector: None, tmp
         assert id(questions) not in tracked and id(questions[0].sessions) not in tracked
     finally:
         _LOADED.clear()
+
+
+def test_young_garbage_is_collected_not_frozen(collector: None) -> None:
+    import weakref
+
+    class Node:
+        pass
+
+    gc.unfreeze()
+    gc.collect()
+    cycle = Node()
+    cycle.self = cycle  # garbage only the collector can free
+    alive = weakref.ref(cycle)
+    del cycle
+    assert alive() is not None
+    heap.freeze_long_lived("garbage test")
+    assert alive() is None, "a cycle that was already garbage was frozen for good"
