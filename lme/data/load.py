@@ -32,20 +32,33 @@ __all__ = ["REQUIRED_FIELDS", "check_data_file", "load_questions", "parse_questi
 
 def read_json(path: Path) -> Any:
     """Parse a JSON file, transparently decompressing `.gz` and `.xz`."""
-    check_data_file(path)
-    kind = {".gz": "gzip-compressed UTF-8 JSON", ".xz": "xz-compressed UTF-8 JSON"}.get(path.suffix, "UTF-8 JSON")
     try:
-        return json.loads(_decompressed(path).decode("utf-8"))
-    except json.JSONDecodeError as exc:
+        return _parse_json(path)
+    except _JSON_FAILURES as exc:
+        raise _json_failure(path, exc) from None
+
+
+_JSON_FAILURES = (json.JSONDecodeError, UnicodeDecodeError, OSError, EOFError, lzma.LZMAError, RecursionError,
+                  ValueError)
+
+
+def _parse_json(path: Path) -> Any:
+    check_data_file(path)
+    return json.loads(_decompressed(path).decode("utf-8"))
+
+
+def _json_failure(path: Path, exc: BaseException) -> DataError:
+    """The one sentence for what `_parse_json` raised (`_JSON_FAILURES`)."""
+    kind = {".gz": "gzip-compressed UTF-8 JSON", ".xz": "xz-compressed UTF-8 JSON"}.get(path.suffix, "UTF-8 JSON")
+    if isinstance(exc, json.JSONDecodeError):
         if not exc.doc.strip():
-            raise DataError(f"{path}: is empty (no JSON in it).") from None
-        raise DataError(f"{path}: not valid JSON ({exc.msg}; line {exc.lineno}, column {exc.colno}).") from None
-    except UnicodeDecodeError as exc:  # the streaming reader names the record and the byte's offset
-        raise _located(path, exc) or DataError(f"{path}: cannot be read as {kind} ({exc}).") from None
-    except (OSError, EOFError, lzma.LZMAError) as exc:
-        raise DataError(f"{path}: cannot be read as {kind} ({exc}).") from None
-    except (RecursionError, ValueError) as exc:  # nesting too deep for json, an integer of over 4,300 digits
-        raise _located(path, exc) or _beyond_json_limits(path, exc) from None
+            return DataError(f"{path}: is empty (no JSON in it).")
+        return DataError(f"{path}: not valid JSON ({exc.msg}; line {exc.lineno}, column {exc.colno}).")
+    if isinstance(exc, UnicodeDecodeError):  # the streaming reader names the record and the byte's offset
+        return _located(path, exc) or DataError(f"{path}: cannot be read as {kind} ({exc}).")
+    if isinstance(exc, (OSError, EOFError, lzma.LZMAError)):
+        return DataError(f"{path}: cannot be read as {kind} ({exc}).")
+    return _located(path, exc) or _beyond_json_limits(path, exc)  # nesting too deep, an integer of 4,300+ digits
 
 
 def _decompressed(path: Path) -> bytes:
@@ -85,13 +98,20 @@ def load_questions(path: str | Path, question_ids: Iterable[str] | None = None) 
     fails on an id the file does not hold.
     """
     path = Path(path)
-    with collection_paused():  # millions of objects, none of them garbage: see lme.heap
-        raw = read_json(path)
-        if not isinstance(raw, list):
-            raise DataError(f"{path}: expected a JSON array of question records, found {type(raw).__name__}.")
-        if not raw:
-            raise DataError(f"{path}: holds no question (an empty JSON array).")
-        questions = [parse_question(record, path, index) for index, record in enumerate(raw)]
+    failure: BaseException | None = None
+    with collection_paused():  # millions of objects, none of them garbage (lme.heap)
+        try:
+            raw = _parse_json(path)
+        except _JSON_FAILURES as exc:
+            failure = exc  # said below, with the collector back: locating it streams the file again
+        else:
+            if not isinstance(raw, list):
+                raise DataError(f"{path}: expected a JSON array of question records, found {type(raw).__name__}.")
+            if not raw:
+                raise DataError(f"{path}: holds no question (an empty JSON array).")
+            questions = [parse_question(record, path, index) for index, record in enumerate(raw)]
+    if failure is not None:
+        raise _json_failure(path, failure) from None
     seen: set[str] = set()
     for question in questions:
         if question.question_id in seen:
