@@ -6,9 +6,9 @@ the load), a dozen times during a study (each a pause of about 0.25 s holding th
 core), and again at exit (seconds). Two tools:
 
 - `collection_paused()`: no collection while a file is parsed (nothing it builds is garbage);
-- `freeze_long_lived(what)`: once a file is loaded (and kept for the process's later jobs), and once a job
-  has built its parts, everything alive moves to the collector's permanent generation (`gc.freeze`),
-  which no collection walks again.
+- `freeze_long_lived(what)`: once the first file is loaded (and kept for the process's later jobs), and
+  once the first job has built its parts, everything alive moves to the collector's permanent generation
+  (`gc.freeze`), which no collection walks again.
 """
 
 from __future__ import annotations
@@ -45,10 +45,12 @@ def collection_paused() -> Iterator[None]:
 
 def freeze_long_lived(what: str) -> bool:
     """Move every object alive now to the permanent generation, the first time this process calls it for
-    `what`: right after data that lives until exit was made (a loaded file, kept for the process's later
-    jobs; a job's imports and parts, once per process). A second call for the same `what` does nothing: a
-    later job of the same process (Hydra's basic launcher) shares the file and the parts, and freezing
-    again would also keep the earlier job's uncollected garbage for good. True when this call froze."""
+    `what`: right after data that lives until exit was made (the first file loaded and kept for the
+    process's later jobs; the first job's imports and parts). Later calls for the same `what` do nothing:
+    a freeze takes everything alive, not only the data, so whatever of it later becomes garbage in a cycle
+    is never collected; a few freezes per process bound that, one per file loaded or job run would not (a
+    process running hundreds of jobs, such as a test worker, grew by hundreds of MB). True when this call
+    froze."""
     with _lock:
         if what in _frozen:
             return False

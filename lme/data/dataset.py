@@ -68,7 +68,7 @@ def load_questions_once(path: Path) -> list[Question]:
         if key not in _LOADED:
             _LOADED.clear()  # free the previous file before loading the next
             _LOADED[key] = load_questions(path)
-            freeze_long_lived(f"file {key}")  # kept until exit: the collector need not walk it again (lme.heap)
+            freeze_long_lived("file")  # kept until exit: the collector need not walk it again (lme.heap; once)
         return _LOADED[key]
 
 
