@@ -49,8 +49,8 @@ def freeze_long_lived(what: str) -> bool:
     process's later jobs; the first job's imports and parts). Later calls for the same `what` do nothing:
     a freeze takes everything alive, not only the data, so whatever of it later becomes garbage in a cycle
     is never collected; a few freezes per process bound that, one per file loaded or job run would not (a
-    process running hundreds of jobs, such as a test worker, grew by hundreds of MB). True when this call
-    froze."""
+    process running hundreds of jobs, such as a test worker, would keep each one's leftovers). True when
+    this call froze."""
     with _lock:
         if what in _frozen:
             return False

@@ -64,7 +64,7 @@ if str(HERE) not in sys.path:
 
 from loopback_server import LoopbackServer  # noqa: E402
 
-from lme.store_template import TEMPLATES_ENV  # noqa: E402  (the studies share the caller's template folder)
+from lme.store_template import TEMPLATES_ENV, template_path, usable  # noqa: E402  (studies share the caller's)
 
 STAGE = "orchestration"
 KEY_ENV = "LME_BENCH_KEY"
@@ -216,8 +216,6 @@ def run_study(data_path: Path, questions: int | None, seeds: int, latency: float
     replies = CallCounter()
     spy = py_spy() if profile else None
     raw = work / "profile.txt"
-    from lme.store_template import template_path, usable
-
     from_template = tracking and usable(template_path())  # the study's environment keeps the user's template folder
     with LoopbackServer(reply=replies, latency_s=latency, record_bodies=False) as server:
         command = study_command(data_path, work, server.base_url, questions, seeds, concurrency, tracking, traces)

@@ -6,27 +6,27 @@ use the copy it ships with, so that is set before any test module imports it.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 
 os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+
+
+def _folder_of_this_process(env: str, prefix: str) -> None:
+    """`env` names a temporary folder of this test process (removed at its exit), unless the caller set it."""
+    if not os.environ.get(env):
+        os.environ[env] = tempfile.mkdtemp(prefix=prefix)
+        atexit.register(shutil.rmtree, os.environ[env], True)
+
+
 # MiniLM's default backend is an ONNX export (conf/embedding/minilm.yaml): one export per test process, shared by
 # every test's cache (lme.retrieval.onnx_runtime.exports_root), instead of one per test's cache folder
-if not os.environ.get("LME_ONNX_DIR"):
-    import atexit
-    import shutil
-    import tempfile
-
-    os.environ["LME_ONNX_DIR"] = tempfile.mkdtemp(prefix="lme-test-onnx-")
-    atexit.register(shutil.rmtree, os.environ["LME_ONNX_DIR"], True)
+_folder_of_this_process("LME_ONNX_DIR", "lme-test-onnx-")
 # New MLflow SQLite stores start from an empty one (lme.store_template): the template of this test process, not
 # the user's cache
-if not os.environ.get("LME_MLFLOW_TEMPLATES"):
-    import atexit
-    import shutil
-    import tempfile
-
-    os.environ["LME_MLFLOW_TEMPLATES"] = tempfile.mkdtemp(prefix="lme-test-mlflow-templates-")
-    atexit.register(shutil.rmtree, os.environ["LME_MLFLOW_TEMPLATES"], True)
+_folder_of_this_process("LME_MLFLOW_TEMPLATES", "lme-test-mlflow-templates-")
 
 import pytest  # noqa: E402
 

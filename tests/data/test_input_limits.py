@@ -260,7 +260,7 @@ def test_a_file_100000_deep_is_refused_in_bounded_memory(tmp_path: Path) -> None
     lines = result.stdout.splitlines()
     assert result.returncode == 0 and len(lines) == 4, result.stderr[-2000:]
     assert all("question q2: field extra" in line and "nested more than 64 deep" in line for line in lines[:3])
-    assert int(lines[3]) < 500, f"peak RSS {lines[3]} MiB"  # before: past 20 GB; measured 44-48 MiB (VmHWM)
+    assert int(lines[3]) < 500, f"peak RSS {lines[3]} MiB"  # before: past 20 GB; measured 25 MiB (VmHWM)
 
 
 # --- numbers and answers ----------------------------------------------------------------------------
