@@ -33,6 +33,22 @@ def file_sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
+_KNOWN_FILES: dict[tuple[str, int, int, int, int, int], str] = {}  # a file's identity -> its digest
+
+
+def file_sha256_known(path: str | Path) -> str:
+    """`file_sha256`, read once per process while the file stays the same file unchanged (same device, inode,
+    size, modification and status-change times: any write changes the last): the jobs of a multirun in one
+    process name their data file's digest without reading hundreds of MB again."""
+    resolved = Path(path).resolve()
+    stat = resolved.stat()
+    identity = (str(resolved), stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+    digest = _KNOWN_FILES.get(identity)
+    if digest is None:
+        digest = _KNOWN_FILES[identity] = file_sha256(resolved)
+    return digest
+
+
 def canonical_json(value: Any) -> str:
     """Sorted keys, no spaces, UTF-8 text: the form every digest of structured data is taken over."""
     return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)

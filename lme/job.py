@@ -24,7 +24,7 @@ from lme.answer.steps import run_step_metrics
 from lme.data.dataset import load_dataset, question_ids_of
 from lme.design import Design, plain
 from lme.errors import EXIT_BUDGET, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_SYSTEMIC
-from lme.hashing import file_sha256, sha256_json
+from lme.hashing import file_sha256_known, sha256_json
 from lme.heap import freeze_long_lived
 from lme.measures import run_measures
 from lme.models.cache import CallCache
@@ -143,8 +143,9 @@ def outcome_table(outcomes: list[Outcome]) -> list[dict[str, Any]]:
     } for o in outcomes]
 
 
-def write_csv(outcomes: list[Outcome], path: Path) -> None:
-    rows = [asdict(o) for o in outcomes]
+def write_csv(outcomes: list[Outcome], path: Path, rows: list[dict[str, Any]] | None = None) -> None:
+    """The outcomes as one flat CSV row each; `rows`: their `asdict`, when the caller has it already."""
+    rows = [asdict(o) for o in outcomes] if rows is None else rows
     flat = [{k: v for k, v in row.items() if not isinstance(v, (dict, list))} | {
         f"{part}_{k}": v for part in ("reader", "judge", "memory") for k, v in row[part].items()
     } | {
@@ -220,7 +221,7 @@ def _run_job(design: Design) -> dict[str, float]:
                 },
                 parent_id=parent,
             )
-            params["dataset.sha256"] = file_sha256(data_path)
+            params["dataset.sha256"] = file_sha256_known(data_path)  # once per process and file
             params.update({f"instruction.{step}.sha256": digest for step, digest in design.instructions.sha256s().items()})
             params["n_questions"] = str(len(questions))
             params.update({f"judge.template_sha256.{k}": v for k, v in judge.digests.items()})
@@ -265,8 +266,9 @@ def _run_job(design: Design) -> dict[str, float]:
         correct = {o.question_id: o.correct for o in outcomes}
         abstention = {o.question_id for o in outcomes if o.abstention}
         metrics = run_measures(correct, types, abstention).as_metrics() | cost_metrics(outcomes)
-        metrics |= run_step_metrics([asdict(o) for o in outcomes])
-        write_csv(outcomes, out_dir / "outcomes.csv")
+        rows = [asdict(o) for o in outcomes]  # once: the step metrics and the CSV both read them
+        metrics |= run_step_metrics(rows)
+        write_csv(outcomes, out_dir / "outcomes.csv", rows)
         (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         if tracker is not None:
             tracker.log_metrics(metrics)

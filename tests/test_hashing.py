@@ -6,7 +6,9 @@ import hashlib
 
 import pytest
 
-from lme.hashing import file_sha256, sha256_bytes, sha256_text
+import os
+
+from lme.hashing import file_sha256, file_sha256_known, sha256_bytes, sha256_text
 
 EMPTY = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 ABC = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"  # FIPS 180-2's "abc"
@@ -31,6 +33,33 @@ def test_a_file_digest_is_the_digest_of_its_bytes_also_past_one_chunk(tmp_path):
     assert file_sha256(empty) == EMPTY
     with pytest.raises(FileNotFoundError):
         file_sha256(tmp_path / "missing")
+
+
+def test_a_known_file_is_read_once_until_it_changes_in_any_way(tmp_path, monkeypatch):
+    path = tmp_path / "data.json"
+    path.write_bytes(b"abc")
+    reads = []
+    real_open = type(path).open
+
+    def counting_open(self, mode="r", *args, **kwargs):
+        if "r" in mode:
+            reads.append(self.name)
+        return real_open(self, mode, *args, **kwargs)
+
+    monkeypatch.setattr(type(path), "open", counting_open)
+    assert file_sha256_known(path) == file_sha256_known(str(path)) == ABC
+    assert reads == ["data.json"]  # read once
+    stat = path.stat()
+    path.write_bytes(b"abd")  # same size; the modification time put back as it was: still a new digest
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert file_sha256_known(path) == sha256_bytes(b"abd")
+    replaced = tmp_path / "other.json"
+    replaced.write_bytes(b"abc")
+    os.replace(replaced, path)  # another file under the same name
+    assert file_sha256_known(path) == ABC
+    assert len(reads) == 3
+    with pytest.raises(FileNotFoundError):
+        file_sha256_known(tmp_path / "missing")
 
 
 def test_the_old_homes_export_the_same_function():

@@ -595,14 +595,8 @@ class Gateway:
         delay, next_recovery = 0.01, time.monotonic() + 5.0
         waited = False
         while True:
-            reservation = await self._reserve_once(spec, key, dollars)
-            # Looked up again whenever the reservation is granted (it is this call's lock across processes: no
-            # other process can be paying for it now) or after a wait: another process may have answered it
-            # between our first look-up and the reservation, and would otherwise be paid for twice.
-            stored = self.cache.get(key) if (waited or reservation is not None) and self.cache is not None else None
+            reservation, stored = await self._reserve_once(spec, key, dollars, waited)
             if stored is not None:  # answered by another process meanwhile
-                if reservation is not None:
-                    self.ledger.cancel(reservation)
                 return stored
             if reservation is not None:
                 return reservation
@@ -616,26 +610,41 @@ class Gateway:
                 await asyncio.to_thread(self.ledger.recover, cache_get)
                 next_recovery = time.monotonic() + 5.0
 
-    async def _reserve_once(self, spec: ModelSpec, key: str, dollars: float) -> Reservation | None:
+    async def _reserve_once(self, spec: ModelSpec, key: str, dollars: float,
+                            waited: bool) -> tuple[Reservation | None, dict[str, Any] | None]:
         """`Ledger.reserve` in a worker thread (its committed write, and any wait for the ledger's lock,
-        off the event loop). A task cancelled meanwhile leaves no reservation behind: whichever side
+        off the event loop), then the call cache looked up again there: (the reservation or None, None), or
+        (None, the response another process stored meanwhile; the reservation, if granted, cancelled).
+        A task cancelled meanwhile leaves no reservation behind: whichever side
         learns of the other second, the worker (cancelled before it returned) or this task (cancelled
         after), takes the reservation back."""
         assert self.ledger is not None
-        ledger, handover = self.ledger, threading.Lock()
+        ledger, cache, handover = self.ledger, self.cache, threading.Lock()
         abandoned = False
         handed: list[Reservation] = []
 
-        def reserve() -> Reservation | None:
+        def reserve() -> tuple[Reservation | None, dict[str, Any] | None]:
             reservation = ledger.reserve(spec.model, key, dollars, self.budget)
+            # Looked up again whenever the reservation is granted (it is this call's lock across processes: no
+            # other process can be paying for it now) or after a wait: another process may have answered it
+            # between our first look-up and the reservation, and would otherwise be paid for twice.
+            try:
+                stored = cache.get(key) if cache is not None and (waited or reservation is not None) else None
+            except BaseException:
+                if reservation is not None:
+                    ledger.cancel(reservation)
+                raise
+            if stored is not None and reservation is not None:
+                ledger.cancel(reservation)
+                reservation = None
             with handover:
                 if not abandoned:
                     if reservation is not None:
                         handed.append(reservation)
-                    return reservation
+                    return reservation, stored
             if reservation is not None:
                 ledger.cancel(reservation)
-            return None
+            return None, None
 
         future = asyncio.ensure_future(asyncio.to_thread(reserve))
         try:
