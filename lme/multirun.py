@@ -16,7 +16,6 @@ import json
 import os
 import re
 import sys
-import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -97,7 +96,8 @@ class MultirunParent(_HydraCallback):
             design = _design(config)
             self.prefetch = prefetch_dataset(design.dataset) if design is not None else None
             if self.prefetch is not None:  # import litellm now, while the file decompresses on another core,
-                from lme.models.litellm_loader import import_litellm  # not on the event loop at the first call
+                from lme.job import warm_tokenizers  # not on the event loop at the first call
+                from lme.models.litellm_loader import import_litellm
 
                 import_litellm()
                 warm_tokenizers(design)
@@ -160,40 +160,6 @@ class MultirunParent(_HydraCallback):
             self.parent.finish(status, failure)
             self.parent = None
             os.environ.pop(PARENT_ENV, None)
-
-
-def warm_tokenizers(design: Any) -> threading.Thread | None:
-    """Load the reader's and judge's tokenizers in a background thread while the parent sets up MLflow, for
-    a design whose calls are counted (`lme.models.pricing.input_is_counted`, the gateway's rule): the first
-    count loads one, about 0.3-0.5 s that would otherwise come before the first request. Offline models
-    count nothing; a failure is left to the count that needs it."""
-    from lme.models.pricing import input_is_counted
-    from lme.models.spec import OFFLINE_PROVIDER
-
-    budget = getattr(design, "budget", None)
-    capped = budget is not None and budget.caps_dollars
-    models = []
-    for part in (getattr(design, "reader", None), getattr(design, "judge", None)):
-        node = getattr(getattr(part, "model", None), "node", None) or {}
-        name = str(node.get("model") or "")
-        counted = input_is_counted(capped, node.get("tokens_per_minute"))
-        if counted and name and not name.startswith(OFFLINE_PROVIDER + "/") and name not in models:
-            models.append(name)
-    if not models:
-        return None
-
-    def warm() -> None:
-        from lme.models.pricing import count_input_tokens
-
-        for model in models:
-            try:
-                count_input_tokens(model, [{"role": "user", "content": "warm"}])
-            except Exception:  # noqa: BLE001 - the job's own count says what is wrong
-                pass
-
-    thread = threading.Thread(target=warm, name="lme-warm-tokenizers", daemon=True)
-    thread.start()
-    return thread
 
 
 def _design(config: Any) -> Any:

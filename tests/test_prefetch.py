@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -61,12 +62,54 @@ def test_a_bad_file_is_reported_by_the_job_not_the_prefetch(tmp_path):
         dataset.load_dataset(design_from_config(cfg, check=False).dataset)
 
 
+def test_no_prefetch_of_a_file_the_process_holds_until_it_changes(tmp_path):
+    cfg = _compose(["+design=bm25"])
+    spec = design_from_config(cfg, check=False).dataset
+    dataset.load_dataset(spec)
+    assert dataset.prefetch_dataset(spec) is None  # held: nothing to load
+    copy = tmp_path / Path(spec.path).name
+    copy.write_bytes(Path(spec.path).read_bytes())
+    other = design_from_config(_compose(["+design=bm25", f"dataset.path={copy}"]), check=False).dataset
+    thread = dataset.prefetch_dataset(other)  # another file: loaded, and the first one let go
+    assert thread is not None
+    thread.join(timeout=60)
+    assert dataset.prefetch_dataset(other) is None
+
+
+@pytest.mark.slow  # one single run of two sample questions, offline reader and judge, in this process
+def test_a_single_run_loads_its_file_in_the_background_while_it_imports(tmp_path, monkeypatch):
+    """Without a multirun parent to start it, the job itself starts the load in a background thread before
+    its imports (litellm) and waits for it; a later job of the same process loads nothing."""
+    import threading
+
+    from lme.job import run_job
+
+    loads = []
+    real_load = dataset.load_questions
+
+    def noting_thread(path):
+        loads.append(threading.current_thread().name)
+        return real_load(path)
+
+    monkeypatch.setattr(dataset, "load_questions", noting_thread)
+    overrides = ["+design=bm25", "limit=2", "tracking.enabled=false", f"cache_dir={tmp_path / 'cache'}"]
+    for job in ("one", "two"):  # each job writes under ./outputs of its own folder
+        (tmp_path / job).mkdir()
+    monkeypatch.chdir(tmp_path / "one")
+    run_job(design_from_config(_compose(overrides)))
+    assert loads == ["lme-prefetch"]
+    monkeypatch.chdir(tmp_path / "two")
+    run_job(design_from_config(_compose([*overrides, "seed=2"])))
+    assert loads == ["lme-prefetch"]  # held: the second job neither loads nor starts a thread
+
+
 def test_no_prefetch_for_a_streamed_file_a_missing_file_or_a_sweep_over_data(tmp_path):
     assert dataset.prefetch_dataset(design_from_config(_compose(["+design=bm25", "dataset.stream=true"])).dataset) is None
     assert dataset.prefetch_dataset(
         design_from_config(_compose(["+design=bm25", f"dataset.path={tmp_path / 'absent.json'}"]), check=False).dataset) is None
     for sweep, over_data in ((["dataset=sample,oracle"], True), (["dataset.path=a.json,b.json"], True),
                              (["+design=bm25", "seed=1,2,3"], False), (["dataset=oracle", "seed=range(1,4)"], False)):
+        dataset._LOADED.clear()  # nothing held: only the sweep decides
         cfg = _compose(["+design=bm25"])
         with read_write(cfg.hydra.overrides):  # what on_multirun_start sees: the sweep's overrides as typed
             cfg.hydra.overrides.task = sweep
@@ -86,8 +129,8 @@ def test_tokenizers_of_counted_models_are_warmed_in_the_background_others_not():
     """`warm_tokenizers` counts a token for each paid reader and judge model in a thread when their calls
     are counted (a dollar cap), loading the tokenizer before the first reservation needs it; offline
     models, or paid ones with no cap or token rate limit (bounded by bytes, never counted), start none."""
+    from lme.job import warm_tokenizers
     from lme.models import pricing
-    from lme.multirun import warm_tokenizers
 
     offline = design_from_config(_compose(["budget.study_dollars=5"]), check=False)
     assert warm_tokenizers(offline) is None
@@ -109,9 +152,9 @@ def test_tokenizers_of_counted_models_are_warmed_in_the_background_others_not():
 def test_warming_follows_the_gateways_rule_for_when_an_input_is_counted(monkeypatch):
     """A token rate limit alone (no dollar cap) is read by the gateway's limiter, so that model's tokenizer is
     warmed; the judge, with neither, is not. Both decisions come from `pricing.input_is_counted`."""
+    from lme.job import warm_tokenizers
     from lme.models import pricing
     from lme.models.pricing import input_is_counted
-    from lme.multirun import warm_tokenizers
 
     assert input_is_counted(False, 60_000.0) and input_is_counted(True, None) and not input_is_counted(False, None)
     monkeypatch.setattr(pricing, "_COUNTS", {})  # a fresh memo: what the thread counted is all there is

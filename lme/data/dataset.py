@@ -74,13 +74,17 @@ def load_questions_once(path: Path) -> list[Question]:
 
 def prefetch_dataset(spec: DatasetSpec) -> threading.Thread | None:
     """Start loading the dataset file (all held, not streamed) in a background thread, for the jobs this
-    process will run: the multirun parent's MLflow set-up runs meanwhile, and most of a load (xz
-    decompression) runs beside it on another core. A load that fails is left to the job, which loads
-    the file again and says what is wrong."""
+    process will run: the multirun parent's MLflow set-up (or a single run's imports) runs meanwhile, and
+    most of a load (xz decompression) runs beside it on another core. None when nothing is to be loaded
+    (streamed, swept, no such file, or this process holds the file already). A load that fails is left to
+    the job, which loads the file again and says what is wrong."""
     if spec.stream or spec.swept:
         return None
     path = spec.path
-    if not path.is_file():
+    try:
+        if not path.is_file() or tuple(file_identity(path)) in _LOADED:  # nothing to load, or loaded already
+            return None
+    except OSError:
         return None
 
     def load() -> None:
