@@ -35,7 +35,7 @@ from lme.models.litellm_loader import import_litellm
 from lme.prereg import check_run
 from lme.resume import budget_stop_message, interrupted_message, systemic_stop_message
 from lme.run import FIRST_PASS, Journal, Outcome, error_class, run_questions
-from lme.tracking import OUTCOMES_ARTIFACT, PARENT_ENV, DataInput, JobRun, note_stop
+from lme.tracking import OUTCOMES_ARTIFACT, PARENT_ENV, DataInput, JobRun, import_store_modules, note_stop
 
 
 def open_ledger(design: Design, job: str) -> Ledger:
@@ -216,6 +216,8 @@ def _run_job(design: Design) -> dict[str, float]:
     if prefetching is not None:
         import_litellm()  # here, not on the event loop at the first call
         warm_tokenizers(design)
+        if design.tracking.enabled:
+            import_store_modules(design.tracking)  # MLflow's imports too, while the file loads
     data_path, questions = load_dataset(design.dataset)
     prereg_tags = check_run(design, data_path, questions)  # before any model call: refuses a run unlike its record
 

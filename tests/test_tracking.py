@@ -97,3 +97,25 @@ def test_a_dataset_another_job_registered_first_is_linked_not_a_failure(tmp_path
     with pytest.raises(MlflowException, match="run gone"):
         first.log_dataset(data)
     assert len(calls) == 1  # anything else is not retried
+
+
+def test_the_store_modules_are_imported_without_opening_or_creating_anything(tmp_path):
+    """`import_store_modules` (a single run calls it while its data file loads) imports MLflow's client and, for a
+    SQLite store, its SQLAlchemy store; it opens nothing: no store file, no artifact folder. In a fresh process,
+    where nothing of MLflow is imported yet."""
+    import subprocess
+    import sys
+
+    store = tmp_path / "mlflow.db"
+    code = (
+        "import sys\n"
+        "from lme.tracking import TrackingSettings, import_store_modules\n"
+        "assert 'mlflow' not in sys.modules\n"
+        f"import_store_modules(TrackingSettings(uri='sqlite:///{store}', artifact_location='{tmp_path / 'mlruns'}'))\n"
+        "print('sqlalchemy_store' in str(sorted(sys.modules)), 'mlflow.tracking.client' in sys.modules)\n"
+        "import_store_modules(TrackingSettings(uri='http://127.0.0.1:9'))  # a server: the client only, no connection\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["True", "True"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
