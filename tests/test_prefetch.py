@@ -103,6 +103,38 @@ def test_a_single_run_loads_its_file_in_the_background_while_it_imports(tmp_path
     assert loads == ["lme-prefetch"]  # held: the second job neither loads nor starts a thread
 
 
+def test_a_job_waits_for_a_prefetch_its_thread_has_not_yet_started(monkeypatch):
+    """The prefetch holds the load lock from the moment it is asked for, so a job that asks for the file
+    before the scheduler has run the prefetch thread waits for that load instead of making its own."""
+    import threading
+    import time
+
+    loads = []
+    real_load = dataset.load_questions
+
+    def noting_thread(path):
+        loads.append(threading.current_thread().name)
+        return real_load(path)
+
+    class LateThread(threading.Thread):
+        def run(self):
+            time.sleep(0.3)  # scheduled late: the job reaches the file first
+            super().run()
+
+    monkeypatch.setattr(dataset, "load_questions", noting_thread)
+    monkeypatch.setattr(dataset.threading, "Thread", LateThread)
+    spec = design_from_config(_compose(["+design=bm25"]), check=False).dataset
+    thread = dataset.prefetch_dataset(spec)
+    assert thread is not None
+    path, questions = dataset.load_dataset(spec)
+    assert loads == ["lme-prefetch"]
+    assert questions and any(q is questions[0] for q in next(iter(dataset._LOADED.values())))
+    thread.join(timeout=60)
+    assert dataset.prefetch_dataset(spec) is None  # held now: nothing more to start, and the lock is free
+    assert dataset._LOADING.acquire(timeout=1)
+    dataset._LOADING.release()
+
+
 def test_no_prefetch_for_a_streamed_file_a_missing_file_or_a_sweep_over_data(tmp_path):
     assert dataset.prefetch_dataset(design_from_config(_compose(["+design=bm25", "dataset.stream=true"])).dataset) is None
     assert dataset.prefetch_dataset(

@@ -65,11 +65,16 @@ def load_questions_once(path: Path) -> list[Question]:
     """`load_questions(path)`, kept for this process's later jobs (a multirun's seeds) while the file is unchanged."""
     key = tuple(file_identity(path))
     with _LOADING:
-        if key not in _LOADED:
-            _LOADED.clear()  # free the previous file before loading the next
-            _LOADED[key] = load_questions(path)
-            freeze_long_lived("file")  # kept until exit: the collector need not walk it again (lme.heap; once)
-        return _LOADED[key]
+        return _load_held(path, key)
+
+
+def _load_held(path: Path, key: tuple) -> list[Question]:
+    """The questions of `path` (identity `key`), loaded unless held; the caller holds `_LOADING`."""
+    if key not in _LOADED:
+        _LOADED.clear()  # free the previous file before loading the next
+        _LOADED[key] = load_questions(path)
+        freeze_long_lived("file")  # kept until exit: the collector need not walk it again (lme.heap; once)
+    return _LOADED[key]
 
 
 def prefetch_dataset(spec: DatasetSpec) -> threading.Thread | None:
@@ -81,20 +86,31 @@ def prefetch_dataset(spec: DatasetSpec) -> threading.Thread | None:
     if spec.stream or spec.swept:
         return None
     path = spec.path
+    # The lock is taken here and handed to the thread, which releases it when the load ends: a job that
+    # asks for the file at once waits for this load, whichever thread the scheduler runs first.
+    _LOADING.acquire()
     try:
-        if not path.is_file() or tuple(file_identity(path)) in _LOADED:  # nothing to load, or loaded already
-            return None
+        key = tuple(file_identity(path)) if path.is_file() else None
     except OSError:
+        key = None
+    if key is None or key in _LOADED:  # nothing to load, or loaded already
+        _LOADING.release()
         return None
 
     def load() -> None:
         try:
-            load_questions_once(path)
+            _load_held(path, key)
         except Exception:  # noqa: BLE001 - reported by the job's own load
             pass
+        finally:
+            _LOADING.release()
 
     thread = threading.Thread(target=load, name="lme-prefetch", daemon=True)
-    thread.start()
+    try:
+        thread.start()
+    except BaseException:
+        _LOADING.release()
+        raise
     return thread
 
 
