@@ -29,7 +29,8 @@ Figures:
   sorted into loading, memory building, token counting, the litellm call path,
   the call cache, the ledger, the journal, tracking and imports;
 - start-up: the time to the first request for the whole file, from the
-  uncompressed `.json` (as `lme data fetch` writes it) and from `.json.xz`
+  uncompressed `.json` (as `lme data fetch` writes it) and from `.json.xz`,
+  for a multirun of one seed and for a single run without `-m`
   (`--no-startup` skips it).
 
 The server answers the reader with a short text unique to the call (so the judge
@@ -113,13 +114,20 @@ def templates_path(data_path: Path) -> Path | None:
 
 
 def study_command(data_path: Path, work: Path, base_url: str, questions: int | None, seeds: int, concurrency: int,
-                  tracking: bool = True, traces: str = "full") -> list[str]:
-    """`python -m lme +design=bm25 -m seed=1,...` against the loopback server, everything under `work`."""
+                  tracking: bool = True, traces: str = "full", multirun: bool = True) -> list[str]:
+    """`python -m lme +design=bm25 -m seed=1,...` against the loopback server, everything under `work`;
+    `multirun=False`: one run without `-m` (seed 1), its folder where a sweep's first job's would be."""
     templates = templates_path(data_path)
     judge = ["judge=longmemeval", f"judge.templates_path={templates}"] if templates else []
+    if multirun:
+        launch = ["-m", f"seed={','.join(str(s) for s in range(1, seeds + 1))}", f"hydra.sweep.dir={work / 'sweep'}"]
+    else:
+        if seeds != 1:
+            raise ValueError("a single run has one seed")
+        launch = ["seed=1", f"hydra.run.dir={work / 'sweep' / '0'}"]
     command = [
-        sys.executable, "-m", "lme", "+design=bm25", "-m", f"seed={','.join(str(s) for s in range(1, seeds + 1))}",
-        f"dataset.path={data_path}", f"hydra.sweep.dir={work / 'sweep'}", f"cache_dir={work / 'cache'}",
+        sys.executable, "-m", "lme", "+design=bm25", *launch,
+        f"dataset.path={data_path}", f"cache_dir={work / 'cache'}",
         f"concurrency={QUESTIONS_PER_SLOT * concurrency}", f"calls_in_flight={concurrency}", "reader=gpt5_mini", *judge,
     ]
     if questions is not None:
@@ -210,15 +218,18 @@ def store_size(work: Path) -> int:
 
 
 def run_study(data_path: Path, questions: int | None, seeds: int, latency: float, concurrency: int, work: Path,
-              tracking: bool = True, profile: bool = False, log: Path | None = None, traces: str = "full") -> StudyRun:
-    """One study in a fresh process against a loopback server with `latency` seconds per call."""
+              tracking: bool = True, profile: bool = False, log: Path | None = None, traces: str = "full",
+              multirun: bool = True) -> StudyRun:
+    """One study in a fresh process against a loopback server with `latency` seconds per call (a multirun,
+    or with `multirun=False` a single run of one seed)."""
     work.mkdir(parents=True, exist_ok=True)
     replies = CallCounter()
     spy = py_spy() if profile else None
     raw = work / "profile.txt"
     from_template = tracking and usable(template_path())  # the study's environment keeps the user's template folder
     with LoopbackServer(reply=replies, latency_s=latency, record_bodies=False) as server:
-        command = study_command(data_path, work, server.base_url, questions, seeds, concurrency, tracking, traces)
+        command = study_command(data_path, work, server.base_url, questions, seeds, concurrency, tracking, traces,
+                                multirun)
         if spy:
             command = [spy, "record", "--nonblocking", "--format", "raw", "--rate", str(PROFILE_RATE_HZ),
                        "--output", str(raw), "--", *command]
@@ -391,13 +402,17 @@ def startup_rows(data_path: Path, root: Path, concurrency: int, tracking: bool =
     else:
         sources = [(data_path.suffix or "file", data_path)]
     rows = []
-    for label, path in sources:
-        run = run_study(path, STARTUP_QUESTIONS, 1, 0.0, concurrency, root / f"startup{label}", tracking)
-        rows.append(row(f"start-up to the first request, from {label}", round(run.first_request_s, 2), "s",
-                        "", None, "", None,
-                        f"{path.name}: imports, {_store_note(run) if tracking else 'no tracking'} and parent run, "
-                        f"loading and validating all of it, the first memory and token count; wall {run.wall_s:.1f} s "
-                        f"for {STARTUP_QUESTIONS} questions"))
+    for multirun in (True, False):
+        for label, path in sources:
+            kind = "" if multirun else "single run, "
+            folder = root / f"startup{'' if multirun else '-single'}{label}"
+            run = run_study(path, STARTUP_QUESTIONS, 1, 0.0, concurrency, folder, tracking, multirun=multirun)
+            parent = " and parent run" if multirun else ""
+            rows.append(row(f"start-up to the first request, {kind}from {label}", round(run.first_request_s, 2), "s",
+                            "", None, "", None,
+                            f"{path.name}: imports, {_store_note(run) if tracking else 'no tracking'}{parent}, "
+                            f"loading and validating all of it, the first memory and token count; wall "
+                            f"{run.wall_s:.1f} s for {STARTUP_QUESTIONS} questions"))
     return rows
 
 

@@ -111,16 +111,25 @@ def test_a_small_study_pays_every_call_once(tmp_path: Path) -> None:
 @pytest.mark.skipif(not MINI.exists(), reason="the shared LongMemEval mini file is absent")
 def test_startup_rows_time_the_first_request_from_json_and_xz(tmp_path: Path) -> None:
     """The start-up rows run the study on the file decompressed (as `lme data fetch` writes it) and as
-    given (.json.xz): each row is the time to the server's first request, under the study's wall time."""
+    given (.json.xz), as a multirun and as a single run: each row is the time to the server's first
+    request, under the study's wall time."""
     bench = _bench()
     rows = bench.startup_rows(MINI, tmp_path, 4, tracking=False)
     assert [r["figure"] for r in rows] == ["start-up to the first request, from .json",
-                                           "start-up to the first request, from .json.xz"]
+                                           "start-up to the first request, from .json.xz",
+                                           "start-up to the first request, single run, from .json",
+                                           "start-up to the first request, single run, from .json.xz"]
     plain = tmp_path / "longmemeval_s_cleaned_mini.json"
     assert plain.read_bytes()[:1] == b"["  # decompressed, read by the first study
     for r in rows:
         assert set(r) == KEYS and r["unit"] == "s" and r["value"] > 0
         wall = float(r["note"].split("wall ")[1].split(" s")[0])
         assert r["value"] < wall
-    assert "longmemeval_s_cleaned_mini.json:" in rows[0]["note"]
-    assert "longmemeval_s_cleaned_mini.json.xz:" in rows[1]["note"]
+    for r in rows[::2]:
+        assert "longmemeval_s_cleaned_mini.json:" in r["note"]
+    for r in rows[1::2]:
+        assert "longmemeval_s_cleaned_mini.json.xz:" in r["note"]
+    # the single runs wrote one job's journal where the sweep's first job's would be, without `-m`
+    for label in (".json", ".json.xz"):
+        assert (tmp_path / f"startup-single{label}" / "sweep" / "0" / "outcomes.jsonl").is_file()
+        assert not (tmp_path / f"startup-single{label}" / "sweep" / "multirun.yaml").exists()
