@@ -90,17 +90,24 @@ def params_from_config(config: Mapping[str, Any]) -> dict[str, str]:
 def import_store_modules(settings: TrackingSettings) -> None:
     """Import MLflow's client, and for a SQLite store its SQLAlchemy store (with SQLAlchemy and Alembic), without
     opening anything: a single run does it while its data file loads on another core, so that `client_for`
-    later finds them imported (about 1.5 s of imports on 2 cores, otherwise after the load)."""
-    from mlflow.tracking import MlflowClient  # noqa: F401
+    later finds them imported (about 1.5 s of imports on 2 cores, otherwise after the load). A Ctrl-C during
+    the imports is raised after them (lme.interrupts)."""
+    from lme.interrupts import interrupts_held
 
-    if sqlite_path(settings.uri) is not None:
-        import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+    with interrupts_held():
+        from mlflow.tracking import MlflowClient  # noqa: F401
+
+        if sqlite_path(settings.uri) is not None:
+            import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
 
 
 def client_for(settings: TrackingSettings):
     """A client of the tracking store; the first in this process opens (and, when new, creates) the store
     under `_store_lock`."""
-    from mlflow.tracking import MlflowClient
+    from lme.interrupts import interrupts_held
+
+    with interrupts_held():  # MLflow's first import: a Ctrl-C during it is raised after it (lme.interrupts)
+        from mlflow.tracking import MlflowClient
 
     with _store_lock(settings):
         path = sqlite_path(settings.uri) if settings.uri not in _READY else None

@@ -14,7 +14,10 @@ _quietened = False
 def import_litellm() -> Any:
     """litellm, imported on first use and told to keep its per-call chatter to itself."""
     global _quietened
-    import litellm
+    from lme.interrupts import interrupts_held
+
+    with interrupts_held():  # a Ctrl-C during the import is raised after it (lme.interrupts)
+        import litellm
 
     if not _quietened:
         import logging
