@@ -16,6 +16,15 @@ from lme.interrupts import interrupts_held
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(autouse=True)
+def python_handles_sigint():
+    """Python's usual SIGINT handler, as `lme` installs it: a process started in the background (CI) begins
+    with SIGINT ignored, and Python then leaves it ignored."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 def test_a_sigint_inside_the_block_is_raised_at_its_end_not_inside():
     reached_the_end = False
     with pytest.raises(KeyboardInterrupt):
@@ -66,6 +75,8 @@ def test_outside_the_main_thread_or_without_a_python_handler_nothing_changes():
 _IMPORT_UNDER_CTRL_C = """
 import os, signal, sys, threading, time
 from lme.models.litellm_loader import import_litellm
+
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as `lme` does (a background process starts ignoring it)
 
 threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()  # while litellm imports (seconds)
 started = time.monotonic()
