@@ -1,10 +1,10 @@
 """Ctrl-C held back over third-party imports, and raised once they are done.
 
 A SIGINT becomes a KeyboardInterrupt wherever the main thread happens to be. Inside the import of a large
-library it can land in code that cannot take it: a Rust extension's callback (pydantic-core prints
-"Exception ignored" and the run goes on as if no Ctrl-C had come), or a half-built module whose teardown
-ends the process by the signal (exit -2) after lme has printed its line and chosen 130. Over such an
-import lme holds the signal and raises KeyboardInterrupt when the import ends (seconds at most), where
+library it can land in code that cannot take it. Seen with `import litellm`: a callback of a Rust
+extension (pydantic-core prints "Exception ignored" and the run goes on as if no Ctrl-C had come), and a
+run that printed lme's line and chose 130 but ended by the signal (exit -2; why was not pinned down).
+Over such an import lme holds the signal and hands it on when the import ends (seconds at most), where
 its own handlers say what was kept.
 """
 
@@ -38,4 +38,4 @@ def interrupts_held() -> Iterator[None]:
     finally:
         signal.signal(signal.SIGINT, previous)
     if held:
-        previous(signal.SIGINT, None)  # Python's default handler: KeyboardInterrupt
+        previous(signal.SIGINT, None)  # the handler that was in place (Python's raises KeyboardInterrupt)

@@ -90,30 +90,33 @@ def params_from_config(config: Mapping[str, Any]) -> dict[str, str]:
 def import_store_modules(settings: TrackingSettings) -> None:
     """Import MLflow's client, and for a SQLite store its SQLAlchemy store (with SQLAlchemy and Alembic), without
     opening anything: a single run does it while its data file loads on another core, so that `client_for`
-    later finds them imported (about 1.5 s of imports on 2 cores, otherwise after the load). A Ctrl-C during
-    the imports is raised after them (lme.interrupts)."""
+    later finds them imported (about 1.5 s of imports on 2 cores, otherwise after the load)."""
+    _import_mlflow(sqlite_store=sqlite_path(settings.uri) is not None)
+
+
+def _import_mlflow(sqlite_store: bool = False):
+    """MLflow's client class (and, asked for, its SQLite store's modules), imported with a Ctrl-C during the
+    imports handed on after them (lme.interrupts)."""
     from lme.interrupts import interrupts_held
 
     with interrupts_held():
-        from mlflow.tracking import MlflowClient  # noqa: F401
+        from mlflow.tracking import MlflowClient
 
-        if sqlite_path(settings.uri) is not None:
+        if sqlite_store:
             import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+    return MlflowClient
 
 
 def client_for(settings: TrackingSettings):
     """A client of the tracking store; the first in this process opens (and, when new, creates) the store
     under `_store_lock`."""
-    from lme.interrupts import interrupts_held
-
-    with interrupts_held():  # MLflow's first import: a Ctrl-C during it is raised after it (lme.interrupts)
-        from mlflow.tracking import MlflowClient
+    client_class = _import_mlflow()
 
     with _store_lock(settings):
         path = sqlite_path(settings.uri) if settings.uri not in _READY else None
         new = path is not None and is_new(path)
         copied = new and start_from_template(path)  # a new store as a copy of an empty one (lme.store_template)
-        client = MlflowClient(tracking_uri=settings.uri)
+        client = client_class(tracking_uri=settings.uri)
         if settings.uri not in _READY:
             client.search_experiments(max_results=1)  # opens the store now, inside the lock
             if new and not copied:

@@ -92,8 +92,9 @@ print("not interrupted")
 
 @pytest.mark.slow
 def test_a_ctrl_c_while_litellm_imports_comes_after_the_import_whole():
-    """CI saw a Ctrl-C during `import litellm` end a run by the signal (-2) after lme had chosen 130, and a
-    Ctrl-C there can be swallowed by pydantic-core; held, it arrives once the import is whole."""
+    """Reproducing CI's failed SIGINT test, a Ctrl-C during `import litellm` ended a run by the signal (-2)
+    after lme had chosen 130, and another was swallowed by pydantic-core; held, it arrives once the
+    import is whole."""
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     done = subprocess.run([sys.executable, "-c", _IMPORT_UNDER_CTRL_C], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=300)
