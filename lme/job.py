@@ -218,6 +218,9 @@ def _run_job(design: Design) -> dict[str, float]:
         warm_tokenizers(design)
         if design.tracking.enabled:
             import_store_modules(design.tracking)  # MLflow's imports too, while the file loads
+            from lme.traces import start_helper
+
+            start_helper(design.tracking)  # the trace helper's own start-up, beside this one's
     data_path, questions = load_dataset(design.dataset)
     prereg_tags = check_run(design, data_path, questions)  # before any model call: refuses a run unlike its record
 

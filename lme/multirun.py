@@ -101,6 +101,9 @@ class MultirunParent(_HydraCallback):
 
                 import_litellm()
                 warm_tokenizers(design)
+                from lme.traces import start_helper
+
+                start_helper(self.settings)  # its imports beside this process's, not beside the first questions
         if self.settings.enabled:
             overrides = list(config.hydra.overrides.task)
             dataset = str(config.dataset.name) if not _sweeps(overrides, "dataset") else "datasets"

@@ -248,3 +248,36 @@ def test_a_row_of_an_unknown_format_is_refused_naming_the_file_and_never_dropped
     for odd in ("2", None, True, 1.0, 4):
         with pytest.raises(LmeError):
             Outcome.from_dict({**future, "format": odd}, tmp_path / "x.jsonl")
+
+
+def test_a_question_is_answered_while_other_memories_are_still_building(parts, tmp_path):
+    """Memories build in threads of their own: the first question's cache write and journal append (hops to
+    worker threads) do not queue behind memories that are still building, as they did when both shared the
+    event loop's default threads (at a job's start, no answer until every question in flight had its memory)."""
+    import dataclasses
+    import os
+    import threading
+
+    questions, inner, reader, judge, cache = parts
+    slow = min(32, (os.cpu_count() or 1) + 4) + 2  # more than the default pool's threads
+    batch = [questions[0]] + [dataclasses.replace(questions[1 + i % 7], question_id=f"slow-{i}") for i in range(slow)]
+    answered = threading.Event()
+    waited_out: list[str] = []
+
+    class SlowUntilTheFirstAnswer:
+        name = inner.name
+
+        def build(self, question):
+            if question.question_id != questions[0].question_id and not answered.wait(timeout=10):
+                waited_out.append(question.question_id)
+            return inner.build(question)
+
+    def on_outcome(outcome, done):
+        if outcome.question_id == questions[0].question_id:
+            answered.set()
+
+    outcomes = asyncio.run(run_questions(batch, SlowUntilTheFirstAnswer(), reader, "Answer briefly.", judge,
+                                         Gateway(cache), 1, Journal(tmp_path / "outcomes.jsonl"),
+                                         concurrency=len(batch), on_outcome=on_outcome))
+    assert waited_out == []  # the first answer came while every other memory was still building
+    assert len(outcomes) == len(batch) and all(o.answer for o in outcomes)

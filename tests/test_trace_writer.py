@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -141,3 +142,28 @@ def test_a_question_without_an_answer_is_an_error_trace_without_feedback(tmp_pat
     assert not [a for a in trace.info.assessments if a.name == "correct"]
     (reader,) = [s for s in trace.data.spans if s.name == "reader first_pass"]
     assert reader.status.status_code.value == "ERROR" and reader.outputs["error"] == "RateLimitError: slow down"
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads the helper's memory map (Linux)")
+def test_the_helper_started_early_imports_the_store_modules_before_any_job_and_is_the_jobs_helper(tmp_path):
+    """`start_helper` (called while a study starts up) starts the trace helper and has it import MLflow's store
+    modules at once, before any job hands it a trace; the first job's writer then uses that same process.
+    With traces off it starts nothing."""
+    import lme.traces as traces
+
+    for helper in traces._HELPERS:  # a fresh helper for this test: an earlier test's may be running
+        helper.process.stdin.close()
+        helper.process.wait(timeout=30)
+    traces._HELPERS.clear()
+    traces.start_helper(_settings(tmp_path, traces="off"))
+    assert traces._HELPERS == []
+    traces.start_helper(_settings(tmp_path))
+    (helper,) = traces._HELPERS
+    maps = f"/proc/{helper.process.pid}/maps"
+    deadline = time.monotonic() + 60
+    while "pandas/_libs" not in open(maps).read():  # MLflow's store modules import pandas (compiled parts)
+        assert time.monotonic() < deadline, "the helper did not import the store modules"
+        time.sleep(0.1)
+    questions = load_questions(SAMPLE_PATH)[:1]
+    writer = _job(tmp_path, questions, seed=1)[3]
+    assert traces._HELPERS == [helper] and helper.alive() and writer.written == 1

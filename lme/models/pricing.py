@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -171,11 +172,27 @@ def input_is_counted(caps_dollars: bool, tokens_per_minute: float | None) -> boo
 
 
 def byte_bound_tokens(messages: list[dict[str, Any]]) -> int:
-    """An upper bound on the input tokens of `messages` with no tokenizer: the UTF-8 bytes of the messages
-    as JSON. A token of a byte-level tokenizer (OpenAI's, and those with byte fallback) covers at least one
-    byte of text, and the JSON framing (`{"role": ..., "content": ...}`, 30 bytes and more) outweighs the
-    few tokens a provider adds per message. About four times the real count for English."""
-    return len(json.dumps(messages, ensure_ascii=False, default=str).encode("utf-8"))
+    """An upper bound on the input tokens of `messages` with no tokenizer: the UTF-8 bytes of the messages'
+    text, with JSON's framing (quotes, brackets, separators; escapes not counted) around every string, key
+    and value. A token of a byte-level tokenizer (OpenAI's, and those with byte fallback) covers at least one
+    byte of text, and the framing (`{"role":..., "content":...}`, 25 bytes and more a message) outweighs the
+    few tokens a provider adds per message. About four times the real count for English.
+
+    Walked, not serialised: a reader's prompt is 100 KB, and writing it out as JSON only to measure it took
+    half a millisecond on the event loop for every call."""
+    return _framed_bytes(messages)
+
+
+def _framed_bytes(value: Any) -> int:
+    if isinstance(value, str):
+        return 2 + (len(value) if value.isascii() else len(value.encode("utf-8", "surrogatepass")))
+    if isinstance(value, Mapping):
+        return 2 + sum(_framed_bytes(str(key)) + 2 + _framed_bytes(item) for key, item in value.items())
+    if isinstance(value, (list, tuple)):
+        return 2 + sum(_framed_bytes(item) + 1 for item in value)
+    if value is None or isinstance(value, (bool, int, float)):
+        return len(json.dumps(value))
+    return _framed_bytes(str(value))
 
 
 def max_call_cost(spec: ModelSpec, messages: list[dict[str, Any]], exact: bool = True) -> CallBound:

@@ -228,6 +228,23 @@ def test_the_byte_bound_is_never_below_the_count_on_real_histories():
             assert byte_bound_tokens(prompt) >= count_input_tokens("openai/gpt-4o-mini", prompt)
 
 
+def test_the_byte_bound_counts_every_string_of_the_messages_in_utf8_bytes():
+    """Content parts (a list of dicts), non-ASCII text and non-string values all count: the bound is at least
+    the UTF-8 bytes of every string in the messages, one more character of text adds its bytes, and the
+    framing of each string, key and message comes on top."""
+    from lme.models.pricing import byte_bound_tokens
+
+    text = "naïve café 東京 🙂 \"quoted\"\n"
+    plain = [{"role": "user", "content": text}]
+    raw = len("role") + len("user") + len("content") + len(text.encode("utf-8"))
+    assert byte_bound_tokens(plain) >= raw + 6 * 2 + 2
+    assert byte_bound_tokens([{"role": "user", "content": text + "é"}]) == byte_bound_tokens(plain) + 2
+    parts = [{"role": "user", "content": [{"type": "text", "text": text}, {"type": "text", "text": text}]}]
+    assert byte_bound_tokens(parts) > 2 * len(text.encode("utf-8")) + raw - len(text.encode("utf-8"))
+    assert byte_bound_tokens([*plain, *plain]) > 2 * raw
+    assert byte_bound_tokens([{"role": "user", "content": text, "name": 12345}]) > byte_bound_tokens(plain) + 5
+
+
 @pytest.mark.parametrize("concurrency", [64])
 def test_high_concurrency_never_overshoots_the_study_dollar_cap(tmp_path, concurrency):
     """Two jobs of one study, 400 distinct calls at 64 in flight each, against one study cap."""
