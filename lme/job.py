@@ -35,7 +35,7 @@ from lme.models.litellm_loader import import_litellm
 from lme.prereg import check_run
 from lme.resume import budget_stop_message, interrupted_message, systemic_stop_message
 from lme.run import FIRST_PASS, Journal, Outcome, error_class, run_questions
-from lme.tracking import OUTCOMES_ARTIFACT, PARENT_ENV, DataInput, JobRun, import_store_modules, note_stop
+from lme.tracking import OUTCOMES_ARTIFACT, PARENT_ENV, DataInput, note_stop, open_run
 
 
 def open_ledger(design: Design, job: str) -> Ledger:
@@ -216,11 +216,10 @@ def _run_job(design: Design) -> dict[str, float]:
     if prefetching is not None:
         import_litellm()  # here, not on the event loop at the first call
         warm_tokenizers(design)
-        if design.tracking.enabled:
-            import_store_modules(design.tracking)  # MLflow's imports too, while the file loads
+        if design.tracking.enabled:  # the helper that holds MLflow for this process, starting beside the load
             from lme.traces import start_helper
 
-            start_helper(design.tracking)  # the trace helper's own start-up, beside this one's
+            start_helper(design.tracking)
     data_path, questions = load_dataset(design.dataset)
     prereg_tags = check_run(design, data_path, questions)  # before any model call: refuses a run unlike its record
 
@@ -253,7 +252,7 @@ def _run_job(design: Design) -> dict[str, float]:
     try:
         if design.tracking.enabled:
             parent = os.environ.get(PARENT_ENV)
-            tracker = JobRun(
+            tracker = open_run(  # held by the helper (lme.helper): this process never imports MLflow
                 design.tracking,
                 run_name=f"{name}-{dataset_name}-seed{seed}",
                 tags={
@@ -283,7 +282,8 @@ def _run_job(design: Design) -> dict[str, float]:
                 from lme.traces import TraceWriter
 
                 traces = TraceWriter(design.tracking, tracker.run_id, judge=judge, cache_dir=design.cache_dir, tags={
-                    "lme.design": name, "lme.seed": str(seed), "lme.dataset_sha256": params["dataset.sha256"]})
+                    "lme.design": name, "lme.seed": str(seed), "lme.dataset_sha256": params["dataset.sha256"]},
+                    experiment=tracker.experiment_id)
 
         bars = []  # the job's progress, started once the journal says how many questions are already done
 

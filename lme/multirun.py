@@ -26,9 +26,10 @@ from lme.tracking import (
     MAX_PARAM_CHARS,
     FORWARDED_ENV,
     PARENT_ENV,
-    JobRun,
+    RemoteRun,
     TrackingSettings,
-    summarise_children,
+    open_run,
+    study_call,
 )
 
 try:
@@ -73,7 +74,7 @@ class MultirunParent(_HydraCallback):
     is pickled to those workers with the rest of Hydra's context, so it carries only plain data there."""
 
     def __init__(self) -> None:
-        self.parent: JobRun | None = None
+        self.parent: RemoteRun | None = None
         self.settings: TrackingSettings | None = None
         self.prefetch: Any = None  # the thread loading the data file for this process's jobs, if any
 
@@ -90,6 +91,10 @@ class MultirunParent(_HydraCallback):
 
         node = OmegaConf.to_container(config.tracking, resolve=True)
         self.settings = TrackingSettings(**node)  # type: ignore[arg-type]
+        if self.settings.enabled:  # the helper that holds MLflow for this process starts now, beside what follows
+            from lme.traces import start_helper
+
+            start_helper(self.settings)
         if runs_jobs_here(config):  # the jobs will load the data file in this process: start now
             from lme.data.dataset import prefetch_dataset
 
@@ -101,14 +106,11 @@ class MultirunParent(_HydraCallback):
 
                 import_litellm()
                 warm_tokenizers(design)
-                from lme.traces import start_helper
-
-                start_helper(self.settings)  # its imports beside this process's, not beside the first questions
         if self.settings.enabled:
             overrides = list(config.hydra.overrides.task)
             dataset = str(config.dataset.name) if not _sweeps(overrides, "dataset") else "datasets"
             design = str(config.design_name) if not _sweeps(overrides, "+design", "design") else "designs"
-            self.parent = JobRun(
+            self.parent = open_run(  # held by the helper (lme.helper): this process never imports MLflow
                 self.settings,
                 run_name=f"{design}-{dataset}-multirun",
                 tags={"lme.role": "parent", "lme.design": str(config.design_name), "lme.dataset": dataset,
@@ -141,7 +143,7 @@ class MultirunParent(_HydraCallback):
             return
         status, failure = "FINISHED", None
         try:
-            metrics, summary = summarise_children(self.settings, self.parent.run_id)
+            metrics, summary = study_call("summarise_children", self.settings, self.parent.run_id)
             self.parent.log_metrics(metrics)
             self.parent.adopt_children_dataset()  # the parent's row in the runs table shows the data file too
             table = summary.pop("table", [])

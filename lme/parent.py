@@ -17,36 +17,7 @@ from lme.errors import LmeError
 from lme.hashing import sha256_text
 from lme.job import open_gateway, open_ledger
 from lme.models.cache import CallCache
-from lme.tracking import JobRun, TrackingSettings
-
-
-def _children_rows(settings: TrackingSettings, parent_id: str) -> dict[str, list[tuple[str, list[dict[str, Any]]]]]:
-    """Design -> [(seed, journal rows)] of the parent's finished jobs, in seed order."""
-    from lme.tracking import client_for, experiment_id, read_outcome_rows
-
-    client = client_for(settings)
-    children = client.search_runs(
-        [experiment_id(settings)], filter_string=f"tags.mlflow.parentRunId = '{parent_id}'", max_results=10_000
-    )
-    groups: dict[str, list[tuple[str, list[dict[str, Any]]]]] = {}
-    for child in children:
-        if child.info.status != "FINISHED" or child.data.tags.get("lme.role", "job") != "job":
-            continue
-        rows = read_outcome_rows(settings, child.info.run_id)
-        if rows is not None:
-            design = child.data.tags.get("lme.design", "default")
-            groups.setdefault(design, []).append((child.data.tags.get("lme.seed", "?"), rows))
-    for runs in groups.values():
-        runs.sort(key=lambda run: _seed_order(run[0]))
-    return groups
-
-
-def _seed_order(seed: str) -> tuple[int, int, str]:
-    """Numeric seeds in numeric order, then any other tag."""
-    try:
-        return (0, int(seed), seed)
-    except ValueError:
-        return (1, 0, seed)
+from lme.tracking import JobRun, RemoteRun, TrackingSettings, seed_order, study_call
 
 
 def run_arbiter(
@@ -70,7 +41,7 @@ def run_arbiter(
         builder = spec.memory.build(retriever=retriever)
     else:
         builder = design.build_memory(retriever) if view == FIRST_PASS_VIEW else design.build_view(retriever)
-    numeric = [int(seed) for seed in seeds if _seed_order(seed)[0] == 0]
+    numeric = [int(seed) for seed in seeds if seed_order(seed)[0] == 0]
     seed = min(numeric) if numeric else design.seed
     cache = CallCache(design.cache_dir / "calls.sqlite")
     ledger = open_ledger(design, f"arbiter:{design.name}")  # every cross-run stage's calls: `lme cost` counts them
@@ -99,7 +70,7 @@ def run_arbiter(
     return outcomes, row, metrics, instruction
 
 
-def after_multirun(design: Design, parent: JobRun, settings: TrackingSettings) -> bool:
+def after_multirun(design: Design, parent: JobRun | RemoteRun, settings: TrackingSettings) -> bool:
     """The multirun parent's stages once its jobs have finished (called by `lme.multirun.MultirunParent`):
 
     - `steps.json`: per design, the per-step table of its runs (`lme.measures.step_table`);
@@ -113,7 +84,7 @@ def after_multirun(design: Design, parent: JobRun, settings: TrackingSettings) -
 
     whole = True
     try:
-        groups = _children_rows(settings, parent.run_id)
+        groups = study_call("children_rows", settings, parent.run_id)  # read by the helper, where MLflow is
         report: dict[str, Any] = {"designs": {}}
         for name, seeded in sorted(groups.items()):
             seeds = [seed for seed, _ in seeded]

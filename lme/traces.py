@@ -36,10 +36,7 @@ from __future__ import annotations
 import base64
 import json
 import os
-import pickle
 import queue
-import struct
-import subprocess
 import sys
 import threading
 import time
@@ -53,10 +50,11 @@ from lme.data.dates import format_moment
 from lme.data.records import Question
 from lme.errors import first_line
 from lme.hashing import sha256_json, sha256_text
+from lme.helper import HelperError, answer, helper, read_frame
 from lme.judge import Judge, build_judge_prompt
 from lme.run import Outcome, QuestionRecord
 from lme.sqlite import connect
-from lme.tracking import TrackingSettings, client_for, experiment_id, import_store_modules
+from lme.tracking import TrackingSettings, client_for, experiment_id, import_store_modules, serve_run
 
 TOP_TURNS = 20  # turn ids (and scores) named on a memory or retrieval span
 BATCH = 64  # traces written in one store session at most
@@ -170,16 +168,17 @@ class TraceWriter:
     """Writes one trace per question into the job's experiment, linked to run `run_id` (see the module doc).
 
     The helper process outlives the writer: the later jobs of the same process (Hydra's basic launcher runs
-    a sweep's jobs one after another) hand their traces to the same helper, which starts once."""
+    a sweep's jobs one after another) hand their traces to the same helper (`lme.helper`), which starts once.
+    `experiment`: the run's experiment id, when the caller has it (else it is looked up here, in MLflow)."""
 
     def __init__(self, settings: TrackingSettings, run_id: str, tags: Mapping[str, str], judge: Judge | None,
-                 cache_dir: Path) -> None:
+                 cache_dir: Path, experiment: str | None = None) -> None:
         self.judge = judge
         setup = WriterSetup(
-            settings=settings, experiment=experiment_id(settings), run_id=run_id, tags=dict(tags),
+            settings=settings, experiment=experiment or experiment_id(settings), run_id=run_id, tags=dict(tags),
             source=(("LLM_JUDGE" if judge.official else "CODE", judge.name) if judge is not None else ("CODE", "lme")),
             registry=cache_dir / "traces.sqlite" if settings.traces == "full" else None)
-        self._helper = _helper()
+        self._helper = helper()
         self._helper.send(("job", setup))
         self.failed: str | None = None
         self.written = 0
@@ -193,105 +192,48 @@ class TraceWriter:
 
     def close(self) -> None:
         """Wait for the helper to write what this job queued, then collect how it went."""
-        self._helper.send(("close", None))
-        result = self._helper.result()
-        if result is None:
-            self.failed = f"the trace writer stopped (exit status {self._helper.process.poll()})"
+        try:
+            self.written, self.failed, self.cpu_s = self._helper.call("close", None)
+        except HelperError as exc:
+            self.failed = str(exc)
             print(f"lme: warning: {self.failed}; {self.queued} traces may be missing; the run goes on.",
                   file=sys.stderr, flush=True)
-        else:
-            self.written, self.failed, self.cpu_s = result
-            if self.failed is not None:  # said by the job, on its own stderr (the helper may outlive it)
-                print(f"lme: warning: traces stopped after {self.written} of {self.queued} for this job "
-                      f"({self.failed}); the run went on.", file=sys.stderr, flush=True)
-
-
-def _frame(value: Any) -> bytes:
-    data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-    return struct.pack("<Q", len(data)) + data
-
-
-def _read_frame(stream: Any) -> Any:
-    """The next pickled value on `stream`; None at its end."""
-    head = stream.read(8)
-    if len(head) < 8:
-        return None
-    (size,) = struct.unpack("<Q", head)
-    data = stream.read(size)
-    return pickle.loads(data) if len(data) == size else None
-
-
-class _Helper:
-    """The job process's side of the helper: a plain child process (`python -c ...`, so it starts the same way
-    under any launcher: Hydra's basic one, joblib's loky workers, Ray, submitit), fed pickled messages on its
-    stdin by a thread of ours, answering on its stdout."""
-
-    def __init__(self) -> None:
-        root = str(Path(__file__).resolve().parent.parent)  # where `lme` is, first on the helper's path
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
-        self.process = subprocess.Popen([sys.executable, "-c", "from lme.traces import helper_main; helper_main()"],
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
-        self._outbox: queue.Queue[bytes | None] = queue.Queue()
-        self._feeder = threading.Thread(target=self._feed, name="lme-traces-feeder", daemon=True)
-        self._feeder.start()
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def send(self, message: tuple[str, Any]) -> None:
-        self._outbox.put(_frame(message))
-
-    def _feed(self) -> None:
-        stdin = self.process.stdin
-        while (data := self._outbox.get()) is not None:
-            try:
-                stdin.write(data)
-                stdin.flush()
-            except (BrokenPipeError, OSError, ValueError):  # the helper is gone: `result` says so
-                return
-
-    def result(self) -> tuple[int, str | None, float] | None:
-        """The helper's answer to a `close` (None when it stopped first)."""
-        return _read_frame(self.process.stdout)
-
-
-_HELPERS: list[_Helper] = []  # this process's trace helper, once started
-
-
-def _helper() -> _Helper:
-    if not (_HELPERS and _HELPERS[0].alive()):
-        _HELPERS[:] = [_Helper()]
-    return _HELPERS[0]
+            return
+        if self.failed is not None:  # said by the job, on its own stderr (the helper may outlive it)
+            print(f"lme: warning: traces stopped after {self.written} of {self.queued} for this job "
+                  f"({self.failed}); the run went on.", file=sys.stderr, flush=True)
 
 
 def start_helper(settings: TrackingSettings) -> None:
-    """Start this process's trace helper now, for the jobs it will run with `settings`, and have it import
-    MLflow's client and store modules at once (about 2 s of CPU in its own process): called while this process
-    starts up (its data file loading, its own imports), so that the helper's start-up runs beside them instead
-    of beside the first job's questions. Nothing when tracking or traces are off."""
-    if settings.enabled and settings.traces != "off":
-        _helper().send(("warm", settings))
+    """Start this process's helper now, for the runs and traces of the jobs it will run with `settings`, and
+    have it import MLflow's client and store modules at once (about 2 s of CPU in its own process): called as
+    a study starts up, so that the helper's start-up runs beside this process's (its imports, its data file)
+    instead of coming after them. Nothing when tracking is off."""
+    if settings.enabled:
+        helper().send(("warm", settings))
 
 
 def helper_main() -> None:
-    """The helper process: for each job, build and store its traces in batches until the job closes; stop at
-    the end of its input (the job's process is gone)."""
+    """The helper process (`lme.helper`): MLflow runs for the study's process (`lme.tracking.serve_run`), and
+    for each job its traces, built and stored in batches until the job closes them; stop at the end of its
+    input (the study's process is gone)."""
     import signal
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the job, which then closes its writer
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the job, which then makes its last calls
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything printed goes to stderr; stdout carries only our answers
     inbox: queue.Queue[Any] = queue.Queue()
 
     def read() -> None:
         stream = sys.stdin.buffer
-        while (message := _read_frame(stream)) is not None:
+        while (message := read_frame(stream)) is not None:
             inbox.put(message)
         inbox.put(("end", None))
 
-    threading.Thread(target=read, name="lme-traces-reader", daemon=True).start()
+    threading.Thread(target=read, name="lme-helper-reader", daemon=True).start()
     store: _Store | None = None
     pending: list[TraceInput] = []
+    runs: dict[str, Any] = {}  # the study's open runs, by id (`lme.tracking.serve_run`)
     while True:
         try:
             kind, value = inbox.get(timeout=0.5) if pending else inbox.get()
@@ -308,21 +250,32 @@ def helper_main() -> None:
                 pending = []
         elif kind == "job":
             store = _Store(value)
-        elif kind == "warm":  # the job's process is starting up: import what the first job's store needs
+        elif kind == "warm":  # the study is starting up: import what its runs and first traces need
             try:
                 import_store_modules(value)
-            except Exception:  # noqa: BLE001 - the job's store says what is wrong, when it opens
+            except Exception:  # noqa: BLE001 - the first call that needs the store says what is wrong
                 pass
-        elif kind in ("close", "end"):
+        elif kind == "call":
+            number, asked, payload = value
+            if asked == "close":  # the job's traces: those still pending written first
+                if store is not None:
+                    store.write(pending)
+                    store.close()
+                answer(answers, number, True, (store.written, store.failed, store.cpu_s) if store is not None
+                       else (0, "no job was started", 0.0))
+                store, pending = None, []
+            else:
+                try:
+                    result = serve_run(runs, payload)
+                except Exception as exc:  # noqa: BLE001 - the study's process raises it, in one sentence
+                    answer(answers, number, False, f"MLflow: {type(exc).__name__}: {first_line(exc)}")
+                else:
+                    answer(answers, number, True, result)
+        elif kind == "end":
             if store is not None:
                 store.write(pending)
                 store.close()
-            if kind == "end":
-                return
-            answers.write(_frame((store.written, store.failed, store.cpu_s) if store is not None
-                                 else (0, "no job was started", 0.0)))
-            answers.flush()
-            store, pending = None, []
+            return
 
 
 class _Store:

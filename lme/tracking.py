@@ -240,10 +240,11 @@ class DataInput:
 class JobRun:
     """One MLflow run, written through the client."""
 
-    def __init__(self, settings: TrackingSettings, run_name: str, tags: Mapping[str, str], parent_id: str | None = None):
+    def __init__(self, settings: TrackingSettings, run_name: str, tags: Mapping[str, str], parent_id: str | None = None,
+                 owner: Mapping[str, str] | None = None):
         self.settings = settings
         self.client = client_for(settings)
-        all_tags = dict(tags) | owner_tags()
+        all_tags = dict(tags) | dict(owner or owner_tags())  # `owner`: a study's process, its helper creating the run
         if parent_id:
             all_tags["mlflow.parentRunId"] = parent_id
         experiment = experiment_id(settings)
@@ -330,6 +331,92 @@ class JobRun:
             self.client.set_tag(self.run_id, FAILURE_TAG, failure[:5000])
         self.client.set_terminated(self.run_id, status)
 
+
+
+class RemoteRun:
+    """A `JobRun` that this process's helper (`lme.helper`) holds: the same methods, each carried out by the
+    helper while this process waits (its interpreter lock released), so that a study's process never imports
+    MLflow (about 2 s of imports at start-up, on the path to the first request). A call that fails raises
+    `lme.helper.HelperError` with MLflow's reason in one sentence."""
+
+    def __init__(self, settings: TrackingSettings, run_name: str, tags: Mapping[str, str], parent_id: str | None = None):
+        from lme.helper import helper
+
+        self.settings = settings
+        self._helper = helper()  # the run lives in this helper: one that stopped is not replaced for it
+        self.run_id, self.experiment_id = self._helper.call(
+            "run", ("open", settings, run_name, dict(tags), parent_id, owner_tags()))
+
+    def _method(self, name: str, *args: Any) -> Any:
+        return self._helper.call("run", ("method", self.run_id, name, args))
+
+    def log_params(self, params: Mapping[str, str]) -> None:
+        self._method("log_params", dict(params))
+
+    def log_metrics(self, metrics: Mapping[str, float]) -> None:
+        self._method("log_metrics", dict(metrics))
+
+    def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
+        self._method("log_artifact", str(Path(path).absolute()), artifact_path)
+
+    def log_text(self, text: str, artifact_file: str) -> None:
+        self._method("log_text", text, artifact_file)
+
+    def log_dataset(self, data: DataInput) -> None:
+        self._method("log_dataset", data)
+
+    def adopt_children_dataset(self) -> bool:
+        return bool(self._method("adopt_children_dataset"))
+
+    def log_table(self, rows: Sequence[Mapping[str, Any]], artifact_file: str) -> None:
+        self._method("log_table", [dict(row) for row in rows], artifact_file)
+
+    def finish(self, status: str = "FINISHED", failure: str | None = None) -> None:
+        self._method("finish", status, failure)
+
+
+def open_run(settings: TrackingSettings, run_name: str, tags: Mapping[str, str],
+             parent_id: str | None = None) -> RemoteRun:
+    """A study's run (a job's, a multirun's parent), held by this process's helper (`RemoteRun`)."""
+    return RemoteRun(settings, run_name, tags, parent_id)
+
+
+def study_call(name: str, *args: Any) -> Any:
+    """`summarise_children` or `children_rows` (by `name`), carried out by this process's helper, where MLflow is."""
+    from lme.helper import helper
+
+    return helper().call("run", ("function", name, args))
+
+
+_RUN_METHODS = frozenset({"log_params", "log_metrics", "log_artifact", "log_text", "log_dataset",
+                          "adopt_children_dataset", "log_table", "finish"})
+
+
+def serve_run(runs: dict[str, JobRun], request: tuple[Any, ...]) -> Any:
+    """The helper's side of `RemoteRun` and `study_call`: carry out `request` on the runs it holds (`runs`, by id)."""
+    kind = request[0]
+    if kind == "open":
+        settings, run_name, tags, parent_id, owner = request[1:]
+        run = JobRun(settings, run_name, tags, parent_id, owner=owner)
+        runs[run.run_id] = run
+        return run.run_id, run.experiment_id
+    if kind == "method":
+        run_id, name, args = request[1:]
+        if name not in _RUN_METHODS:
+            raise ValueError(f"no run method {name!r}")
+        if run_id not in runs:
+            raise KeyError(f"run {run_id} is not open in this helper")
+        result = getattr(runs[run_id], name)(*args)
+        if name == "finish":
+            del runs[run_id]
+        return result
+    if kind == "function":
+        name, args = request[1:]
+        functions = {"summarise_children": summarise_children, "children_rows": children_rows}
+        if name not in functions:
+            raise ValueError(f"no study function {name!r}")
+        return functions[name](*args)
+    raise ValueError(f"no run request {kind!r}")
 
 FAILURE_TAG = "lme.failure"
 _OWNER_TAGS = ("lme.host", "lme.pid", "lme.pid_start")
@@ -467,6 +554,33 @@ def summarise_children(settings: TrackingSettings, parent_id: str) -> tuple[dict
     summary["table"] = across_seed_table({design: list(zip(seeds[design], groups[design])) for design in groups})
     return metrics, summary
 
+
+
+def children_rows(settings: TrackingSettings, parent_id: str) -> dict[str, list[tuple[str, list[dict[str, Any]]]]]:
+    """Design -> [(seed, journal rows)] of the parent's finished jobs, in seed order."""
+    client = client_for(settings)
+    children = client.search_runs(
+        [experiment_id(settings)], filter_string=f"tags.mlflow.parentRunId = '{parent_id}'", max_results=10_000
+    )
+    groups: dict[str, list[tuple[str, list[dict[str, Any]]]]] = {}
+    for child in children:
+        if child.info.status != "FINISHED" or child.data.tags.get("lme.role", "job") != "job":
+            continue
+        rows = read_outcome_rows(settings, child.info.run_id)
+        if rows is not None:
+            design = child.data.tags.get("lme.design", "default")
+            groups.setdefault(design, []).append((child.data.tags.get("lme.seed", "?"), rows))
+    for runs in groups.values():
+        runs.sort(key=lambda run: seed_order(run[0]))
+    return groups
+
+
+def seed_order(seed: str) -> tuple[int, int, str]:
+    """Numeric seeds in numeric order, then any other tag."""
+    try:
+        return (0, int(seed), seed)
+    except ValueError:
+        return (1, 0, seed)
 
 STOPPED: tuple[str, str] | None = None  # (MLflow status, reason) of a job that stopped this process's study
 FAILED_STUDIES: list[str] = []  # parent runs of this process that ended FAILED (the exit status says so)

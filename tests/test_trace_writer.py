@@ -146,19 +146,18 @@ def test_a_question_without_an_answer_is_an_error_trace_without_feedback(tmp_pat
 
 @pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads the helper's memory map (Linux)")
 def test_the_helper_started_early_imports_the_store_modules_before_any_job_and_is_the_jobs_helper(tmp_path):
-    """`start_helper` (called while a study starts up) starts the trace helper and has it import MLflow's store
+    """`start_helper` (called while a study starts up) starts the helper and has it import MLflow's store
     modules at once, before any job hands it a trace; the first job's writer then uses that same process.
-    With traces off it starts nothing."""
-    import lme.traces as traces
+    With tracking off it starts nothing."""
+    from lme.helper import running_helper, stop_helper
+    from lme.traces import start_helper
 
-    for helper in traces._HELPERS:  # a fresh helper for this test: an earlier test's may be running
-        helper.process.stdin.close()
-        helper.process.wait(timeout=30)
-    traces._HELPERS.clear()
-    traces.start_helper(_settings(tmp_path, traces="off"))
-    assert traces._HELPERS == []
-    traces.start_helper(_settings(tmp_path))
-    (helper,) = traces._HELPERS
+    stop_helper()  # a fresh helper for this test: an earlier test's may be running
+    start_helper(replace(_settings(tmp_path), enabled=False))
+    assert running_helper() is None
+    start_helper(_settings(tmp_path))
+    helper = running_helper()
+    assert helper is not None
     maps = f"/proc/{helper.process.pid}/maps"
     deadline = time.monotonic() + 60
     while "pandas/_libs" not in open(maps).read():  # MLflow's store modules import pandas (compiled parts)
@@ -166,4 +165,4 @@ def test_the_helper_started_early_imports_the_store_modules_before_any_job_and_i
         time.sleep(0.1)
     questions = load_questions(SAMPLE_PATH)[:1]
     writer = _job(tmp_path, questions, seed=1)[3]
-    assert traces._HELPERS == [helper] and helper.alive() and writer.written == 1
+    assert running_helper() is helper and writer.written == 1
