@@ -11,7 +11,7 @@ import pytest
 from lme.data.load import load_questions
 from lme.errors import LmeError
 from lme.retrieval.base import Ranking, Retriever
-from lme.retrieval.fts5 import FTS5Retriever, build_index, match_expression, query_tokens, search
+from lme.retrieval.fts5 import FTS5Retriever, build_index, insert_statements, match_expression, query_tokens, search
 from histories import make_question
 
 DATA_DIR = Path(__file__).resolve().parents[3] / "shared/data/longmemeval"
@@ -213,7 +213,8 @@ WITH_NUL = [[("user", "a NUL \x00 byte in the middle of a bicycle message"), ("a
 
 @pytest.mark.skipif(not MINI.exists(), reason=f"{MINI} is absent")
 def test_one_statement_index_equals_the_row_by_row_index() -> None:
-    """Every row, rowid and score is what one INSERT per turn gives, on tricky text and on real histories."""
+    """Every row, rowid and score is what one INSERT per turn gives, on tricky text (quotes, backslashes, JSON-like
+    text, a NUL byte) and on real histories."""
     tricky = make_question("tricky", TRICKY + FILLER)
     with_nul = make_question("nul", WITH_NUL + FILLER)
     for question in [tricky, with_nul, *load_questions(MINI)[:4]]:
@@ -228,3 +229,51 @@ def test_one_statement_index_equals_the_row_by_row_index() -> None:
         finally:
             ours.close()
             reference.close()
+
+
+def test_a_history_beyond_sqlites_limit_on_bound_values_is_inserted_in_several_statements() -> None:
+    """Each statement binds at most the limit's values (3 per turn); together they insert every turn once, in
+    order, and the index ranks as one INSERT per turn does. A limit below one row still inserts one per statement."""
+    question = make_question("bicycle", TRICKY + FILLER)
+    turns = question.turns()
+    for limit, per_statement in ((7, 2), (3, 1), (1, 1), (10_000, len(turns))):
+        statements = insert_statements(turns, limit)
+        assert [len(values) // 3 for _, values in statements] == \
+            [min(per_statement, len(turns) - start) for start in range(0, len(turns), per_statement)]
+        conn = sqlite3.connect(":memory:")
+        conn.execute("CREATE VIRTUAL TABLE turns USING fts5(turn_id UNINDEXED, content, tokenize = 'porter unicode61')")
+        for statement, values in statements:
+            assert statement.count("?") == len(values) <= max(limit, 3)
+            conn.execute(statement, values)
+        reference = _row_by_row_index(turns)
+        try:
+            dump = "SELECT rowid, turn_id, content FROM turns ORDER BY rowid"
+            assert conn.execute(dump).fetchall() == reference.execute(dump).fetchall()
+            assert search(conn, "bicycle downtown", 10) == search(reference, "bicycle downtown", 10)
+        finally:
+            conn.close()
+            reference.close()
+
+
+def test_build_index_inserts_in_chunks_when_sqlite_allows_few_bound_values(monkeypatch) -> None:
+    """build_index asks the connection for its limit: with a limit of 9 values (3 turns per INSERT) the index is
+    the same as with one statement."""
+    question = make_question("bicycle", FILLER)
+    whole = build_index(question.turns())
+    real_connect = sqlite3.connect
+
+    def low_limit(*args, **kwargs):
+        conn = real_connect(*args, **kwargs)
+        conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 9)
+        return conn
+
+    monkeypatch.setattr(sqlite3, "connect", low_limit)
+    chunked = build_index(question.turns())
+    try:
+        dump = "SELECT rowid, turn_id, content FROM turns ORDER BY rowid"
+        assert chunked.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) == 9
+        assert chunked.execute(dump).fetchall() == whole.execute(dump).fetchall()
+        assert len(chunked.execute(dump).fetchall()) == len(question.turns()) > 3
+    finally:
+        chunked.close()
+        whole.close()
