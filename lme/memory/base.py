@@ -13,9 +13,10 @@ if TYPE_CHECKING:
     from lme.models.gateway import CallResult
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class Memory:
-    """The text a reader sees, with its size and where each part came from."""
+    """The text a reader sees, with its size and where each part came from. (Weakly referable: the reader's
+    encoded prompts are remembered by the memory they came from, `lme.answer.reader`.)"""
 
     text: str
     n_bytes: int  # UTF-8 bytes of `text`

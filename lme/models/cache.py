@@ -17,6 +17,7 @@ machines do not share one file: each keeps its own cache on local disk and
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 import threading
@@ -24,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lme.hashing import sha256_text
+from lme.memo import TextMemo
 from lme.sqlite import attached, connect, immediate, insert_missing
 
 _SCHEMA = """
@@ -38,14 +39,55 @@ CREATE TABLE IF NOT EXISTS calls (
 
 
 def call_key(model: str, messages: list[dict[str, Any]], params: dict[str, Any], seed: int | None) -> str:
-    """Content address of one request; `seed` is None for calls shared across seeds."""
-    canonical = json.dumps(
-        {"model": model, "messages": messages, "params": params, "seed": seed},
-        sort_keys=True,
-        ensure_ascii=False,
-        separators=(",", ":"),
-    )
-    return sha256_text(canonical)
+    """Content address of one request; `seed` is None for calls shared across seeds.
+
+    The SHA-256 of `{"messages":...,"model":...,"params":...,"seed":...}` (keys sorted at every level, compact,
+    non-ASCII kept). The digest of its messages part is remembered for long prompts (`_MESSAGES`): each seed
+    of a study sends the same ~100 KB reader prompt, and writing it out as JSON to hash it took half a
+    millisecond on the event loop every time."""
+    digest = _messages_digest(messages).copy()
+    rest = json.dumps({"model": model, "params": params, "seed": seed}, sort_keys=True, ensure_ascii=False,
+                      separators=(",", ":"))
+    digest.update(("," + rest[1:]).encode("utf-8"))  # the keys after "messages", in sorted order
+    return digest.hexdigest()
+
+
+MEMO_MIN_CHARS = 10_000  # shorter messages (a judge's prompt) are hashed each time: cheaper than remembering
+_MESSAGES: TextMemo[Any] = TextMemo(64_000_000)  # messages -> SHA-256 state after `{"messages":<JSON>`
+
+
+def _messages_digest(messages: list[dict[str, Any]]) -> Any:
+    """SHA-256 fed with `{"messages":` and the messages as canonical JSON (a fresh object: `copy` it to use)."""
+    key = _messages_memo_key(messages)
+    if key is not None:
+        known = _MESSAGES.get(key)
+        if known is not None:
+            return known
+    canonical = json.dumps(messages, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    digest = hashlib.sha256(('{"messages":' + canonical).encode("utf-8"))
+    if key is not None:
+        _MESSAGES.put(key, digest, sum(len(text) for pairs in key for pair in pairs for text in pair))
+    return digest
+
+
+def _messages_memo_key(messages: Any) -> tuple[tuple[tuple[str, str], ...], ...] | None:
+    """The messages as a hashable value, when they are plain text (a list of dicts of str to str) and long
+    enough to be worth remembering; otherwise None."""
+    if type(messages) is not list:
+        return None
+    key = []
+    chars = 0
+    for message in messages:
+        if type(message) is not dict:
+            return None
+        pairs = []
+        for name, value in message.items():
+            if type(name) is not str or type(value) is not str:
+                return None
+            pairs.append((name, value))
+            chars += len(value)
+        key.append(tuple(sorted(pairs)))
+    return tuple(key) if chars >= MEMO_MIN_CHARS else None
 
 
 def merge_caches(target: str | Path, sources: list[str | Path]) -> dict[str, int]:

@@ -93,3 +93,44 @@ def test_two_open_caches_on_one_file_see_each_others_writes(tmp_path):
     assert mode.lower() == "wal"
     one.close()
     two.close()
+
+
+def reference_key(model, messages, params, seed):
+    """The key as the canonical JSON of the whole request, hashed in one go (what call_key must equal)."""
+    import hashlib
+    import json
+
+    canonical = json.dumps({"model": model, "messages": messages, "params": params, "seed": seed},
+                           sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+LONG = "Memory: " + "the blue bicycle, \"quoted\" \\ café 東京 🚲\n" * 600  # past the remembered size
+
+
+def test_key_is_the_digest_of_the_canonical_request_for_short_long_and_structured_messages():
+    cases = [
+        MESSAGES,
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": LONG}],
+        [{"content": LONG, "role": "user", "name": "x"}],  # keys out of order
+        [{"role": "user", "content": [{"type": "text", "text": LONG}, {"type": "text", "text": "2"}]}],
+        [{"role": "user", "content": LONG, "cache_control": {"type": "ephemeral"}}],
+        [],
+    ]
+    for messages in cases:
+        for params, seed in ((PARAMS, 1), ({}, None), ({"b": [1, 2], "a": {"z": 1, "y": None}}, 7)):
+            for _ in range(2):  # the second time, a long prompt's messages part is remembered
+                assert call_key("openai/gpt-5-mini", messages, params, seed) == \
+                    reference_key("openai/gpt-5-mini", messages, params, seed)
+
+
+def test_a_remembered_prompt_keys_each_seed_model_and_param_apart_and_follows_changes_to_its_text():
+    messages = [{"role": "system", "content": "Answer."}, {"role": "user", "content": LONG}]
+    first = call_key("m", messages, PARAMS, 1)
+    assert call_key("m", messages, PARAMS, 1) == first
+    assert len({first, call_key("m", messages, PARAMS, 2), call_key("m", messages, PARAMS, None),
+                call_key("m2", messages, PARAMS, 1), call_key("m", messages, {"temperature": 1}, 1)}) == 5
+    changed = [messages[0], {"role": "user", "content": LONG + "."}]
+    assert call_key("m", changed, PARAMS, 1) == reference_key("m", changed, PARAMS, 1) != first
+    messages[1]["content"] = LONG + "!"  # the same list, changed in place after it was remembered
+    assert call_key("m", messages, PARAMS, 1) == reference_key("m", messages, PARAMS, 1) != first
