@@ -50,7 +50,7 @@ from lme.data.dates import format_moment
 from lme.data.records import Question
 from lme.errors import first_line
 from lme.hashing import sha256_json, sha256_text
-from lme.helper import HelperError, answer, helper, read_frame
+from lme.helper import HelperError, answer, helper, read_frame, yield_cpu
 from lme.judge import Judge, build_judge_prompt
 from lme.run import Outcome, QuestionRecord
 from lme.sqlite import connect
@@ -220,6 +220,7 @@ def helper_main() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the job, which then makes its last calls
+    yield_cpu()  # background work: the study's own threads come first on a busy machine (lme.helper)
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything printed goes to stderr; stdout carries only our answers
     inbox: queue.Queue[Any] = queue.Queue()

@@ -104,3 +104,16 @@ def test_a_study_process_never_imports_mlflow_and_its_runs_are_in_the_store(tmp_
     assert parent.data.metrics["n_failed_runs"] == 0.0
     assert json.loads(Path(client_for(settings).download_artifacts(parent.info.run_id, "steps.json",
                                                                     str(tmp_path))).read_text())["designs"]
+
+
+@pytest.mark.skipif(not hasattr(os, "getpriority"), reason="no Unix process priorities here")
+def test_the_helper_runs_at_a_lower_cpu_priority_than_the_study(tmp_path):
+    """Its trace writing must not take cores from the study's event loop: `NICENESS` more than this process
+    (Unix caps niceness at 19)."""
+    from lme.helper import NICENESS
+
+    run = open_run(_settings(tmp_path), "job", {"lme.role": "job"})  # answered: the helper is past its start
+    helper = running_helper()
+    assert helper is not None
+    assert os.getpriority(os.PRIO_PROCESS, helper.process.pid) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + NICENESS)
+    run.finish()
