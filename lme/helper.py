@@ -15,10 +15,10 @@ The helper ignores Ctrl-C (the study handles it, then makes its last calls) and 
 when this process is gone. Its side is `lme.traces.helper_main`.
 
 The helper runs at a lower CPU priority than the study (`NICENESS` more, `yield_cpu`): on a machine with
-few cores its trace writing (about 10 ms of CPU per question and seed in MLflow's store) competed for them
-with the study's event loop and memory building. It still gets every core the study leaves idle, and its
-answers to calls are small. S x 3 seeds at L = 0.5 s on 2 cores, four alternated pairs: 63.8 s against
-65.8 s on average, each pair in its favour.
+few cores its trace writing (10-12 ms of CPU per trace in MLflow's store) competed for them with the
+study's event loop and memory building. It still gets every core the study leaves idle, and its answers
+to calls are small. S x 3 seeds at L = 0.5 s on 2 cores, four alternated pairs: 63.8 s against 65.8 s on
+average, each pair in its favour (README, fifth pass).
 """
 
 from __future__ import annotations

@@ -46,10 +46,15 @@ def call_key(model: str, messages: list[dict[str, Any]], params: dict[str, Any],
     of a study sends the same ~100 KB reader prompt, and writing it out as JSON to hash it took half a
     millisecond on the event loop every time."""
     digest = _messages_digest(messages).copy()
-    rest = json.dumps({"model": model, "params": params, "seed": seed}, sort_keys=True, ensure_ascii=False,
-                      separators=(",", ":"))
+    rest = _compact({"model": model, "params": params, "seed": seed})
     digest.update(("," + rest[1:]).encode("utf-8"))  # the keys after "messages", in sorted order
     return digest.hexdigest()
+
+
+def _compact(value: Any) -> str:
+    """The request's canonical JSON: keys sorted at every level, compact, non-ASCII kept (NaN allowed, as the
+    key always allowed it: not `lme.hashing.canonical_json`)."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
 MEMO_MIN_CHARS = 10_000  # shorter messages (a judge's prompt) are hashed each time: cheaper than remembering
@@ -57,37 +62,36 @@ _MESSAGES: TextMemo[Any] = TextMemo(64_000_000)  # messages -> SHA-256 state aft
 
 
 def _messages_digest(messages: list[dict[str, Any]]) -> Any:
-    """SHA-256 fed with `{"messages":` and the messages as canonical JSON (a fresh object: `copy` it to use)."""
-    key = _messages_memo_key(messages)
+    """SHA-256 fed with `{"messages":` and the messages as canonical JSON (shared: `copy` it to use)."""
+    key, chars = _messages_memo_key(messages)
     if key is not None:
         known = _MESSAGES.get(key)
         if known is not None:
             return known
-    canonical = json.dumps(messages, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    digest = hashlib.sha256(('{"messages":' + canonical).encode("utf-8"))
+    digest = hashlib.sha256(('{"messages":' + _compact(messages)).encode("utf-8"))
     if key is not None:
-        _MESSAGES.put(key, digest, sum(len(text) for pairs in key for pair in pairs for text in pair))
+        _MESSAGES.put(key, digest, chars)
     return digest
 
 
-def _messages_memo_key(messages: Any) -> tuple[tuple[tuple[str, str], ...], ...] | None:
-    """The messages as a hashable value, when they are plain text (a list of dicts of str to str) and long
-    enough to be worth remembering; otherwise None."""
+def _messages_memo_key(messages: Any) -> tuple[tuple[tuple[tuple[str, str], ...], ...] | None, int]:
+    """(the messages as a hashable value, the characters of their texts) when they are plain text (a list of
+    dicts of str to str) and long enough to be worth remembering; otherwise (None, 0)."""
     if type(messages) is not list:
-        return None
+        return None, 0
     key = []
     chars = 0
     for message in messages:
         if type(message) is not dict:
-            return None
+            return None, 0
         pairs = []
         for name, value in message.items():
             if type(name) is not str or type(value) is not str:
-                return None
+                return None, 0
             pairs.append((name, value))
-            chars += len(value)
+            chars += len(name) + len(value)
         key.append(tuple(sorted(pairs)))
-    return tuple(key) if chars >= MEMO_MIN_CHARS else None
+    return (tuple(key), chars) if chars >= MEMO_MIN_CHARS else (None, 0)
 
 
 def merge_caches(target: str | Path, sources: list[str | Path]) -> dict[str, int]:

@@ -87,11 +87,11 @@ def insert_statements(turns: Sequence[Turn], max_variables: int) -> list[tuple[s
     per_statement = max(1, max_variables // 3)
     chunks = []
     for start in range(0, len(turns), per_statement):
+        chunk = turns[start:start + per_statement]
         values: list[object] = []
-        for position, turn in enumerate(turns[start:start + per_statement], start):
+        for position, turn in enumerate(chunk, start):
             values += (position, turn.turn_id, turn.content)
-        rows = len(values) // 3
-        chunks.append((f"INSERT INTO {TABLE}(rowid, turn_id, content) VALUES {','.join([_ROW] * rows)}", values))
+        chunks.append((f"INSERT INTO {TABLE}(rowid, turn_id, content) VALUES {','.join([_ROW] * len(chunk))}", values))
     return chunks
 
 
