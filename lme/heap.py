@@ -43,18 +43,25 @@ def collection_paused() -> Iterator[None]:
                 gc.enable()
 
 
-def freeze_long_lived(what: str) -> bool:
+def freeze_long_lived(what: str, *, collect_young: bool = True) -> bool:
     """Move every object alive now to the permanent generation, the first time this process calls it for
     `what`: right after data that lives until exit was made (the first file loaded and kept for the
     process's later jobs; the first job's imports and parts). Later calls for the same `what` do nothing:
     a freeze takes everything alive, not only the data, so whatever of it later becomes garbage in a cycle
     is never collected; a few freezes per process bound that, one per file loaded or job run would not (a
     process running hundreds of jobs, such as a test worker, would keep each one's leftovers). True when
-    this call froze."""
+    this call froze.
+
+    `collect_young=False` freezes without collecting the young generations first: right after a file was
+    parsed with the collector paused (and still paused), they hold every object the parse made (S:
+    millions, all alive and none in a cycle), and walking them would hold the GIL about 0.1 s per
+    generation on the way to the first request; the little cyclic garbage other threads made meanwhile is
+    kept (once per process)."""
     with _lock:
         if what in _frozen:
             return False
         _frozen.add(what)
-    gc.collect(1)  # the young garbage first (milliseconds: the old generation is not walked), not kept for good
+    if collect_young:
+        gc.collect(1)  # the young garbage first (milliseconds: the old generation is not walked), not kept for good
     gc.freeze()
     return True

@@ -31,7 +31,7 @@ from lme.measures import run_measures
 from lme.models.cache import CallCache
 from lme.models.gateway import Gateway, SystemicFailure, preflight
 from lme.models.ledger import BudgetExhausted, Ledger
-from lme.models.litellm_loader import import_litellm
+from lme.models.litellm_loader import import_litellm, warm_call_path
 from lme.prereg import check_run
 from lme.resume import budget_stop_message, interrupted_message, systemic_stop_message
 from lme.run import FIRST_PASS, Journal, Outcome, error_class, run_questions
@@ -216,6 +216,7 @@ def _run_job(design: Design) -> dict[str, float]:
     if prefetching is not None:
         import_litellm()  # here, not on the event loop at the first call
         warm_tokenizers(design)
+        warm_call_path()  # litellm's first-call set-up, before the first question's call waits for it
         if design.tracking.enabled:  # the helper that holds MLflow for this process, starting beside the load
             from lme.traces import start_helper
 
