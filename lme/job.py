@@ -64,6 +64,15 @@ def reuse_memories(design: Design, data_path: Path, builder: Any, views: dict[st
     return first, wrapped
 
 
+def warm_model_calls(design: Any) -> None:
+    """What the first model call would otherwise wait for, done while the data file loads (a study's start-up,
+    in the process that runs its jobs): litellm imported, the models' tokenizers loading in a thread
+    (`warm_tokenizers`) and litellm's first-call set-up done (`lme.models.litellm_loader.warm_call_path`)."""
+    import_litellm()
+    warm_tokenizers(design)
+    warm_call_path()
+
+
 def warm_tokenizers(design: Any) -> threading.Thread | None:
     """Load the reader's and judge's tokenizers in a background thread while the data file loads and MLflow sets up, for
     a design whose calls are counted (`lme.models.pricing.input_is_counted`, the gateway's rule): the first
@@ -214,9 +223,7 @@ def _run_job(design: Design) -> dict[str, float]:
     prefetching = prefetch_dataset(design.dataset)
     preflight([reader.model, judge.model])  # every paid model's credentials, before the questions are used
     if prefetching is not None:
-        import_litellm()  # here, not on the event loop at the first call
-        warm_tokenizers(design)
-        warm_call_path()  # litellm's first-call set-up, before the first question's call waits for it
+        warm_model_calls(design)  # here, not on the event loop at the first call
         if design.tracking.enabled:  # the helper that holds MLflow for this process, starting beside the load
             from lme.traces import start_helper
 

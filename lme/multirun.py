@@ -100,13 +100,10 @@ class MultirunParent(_HydraCallback):
 
             design = _design(config)
             self.prefetch = prefetch_dataset(design.dataset) if design is not None else None
-            if self.prefetch is not None:  # import litellm now, while the file decompresses on another core,
-                from lme.job import warm_tokenizers  # not on the event loop at the first call
-                from lme.models.litellm_loader import import_litellm, warm_call_path
+            if self.prefetch is not None:  # litellm now, while the file decompresses on another core,
+                from lme.job import warm_model_calls  # not on the event loop at the first call
 
-                import_litellm()
-                warm_tokenizers(design)
-                warm_call_path()
+                warm_model_calls(design)
         if self.settings.enabled:
             overrides = list(config.hydra.overrides.task)
             dataset = str(config.dataset.name) if not _sweeps(overrides, "dataset") else "datasets"

@@ -6,6 +6,7 @@ import gc
 import json
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,22 @@ def collector() -> Iterator[None]:
     heap._frozen.clear()
     heap._frozen.update(frozen)
     (gc.enable if enabled else gc.disable)()
+
+
+@contextmanager
+def collections_seen() -> Iterator[list[int]]:
+    """The generations of the collections that start inside the block (`gc.callbacks`)."""
+    generations: list[int] = []
+
+    def seen(phase: str, info: dict) -> None:
+        if phase == "start":
+            generations.append(info["generation"])
+
+    gc.callbacks.append(seen)
+    try:
+        yield generations
+    finally:
+        gc.callbacks.remove(seen)
 
 
 def test_collection_is_paused_inside_and_restored_after(collector: None) -> None:
@@ -125,42 +142,26 @@ def test_a_freeze_without_the_young_collection_walks_nothing(collector: None) ->
     cycle.self = cycle
     alive = weakref.ref(cycle)
     del cycle
-    collections: list[int] = []
-
-    def seen(phase: str, info: dict) -> None:
-        if phase == "start":
-            collections.append(info["generation"])
-
-    gc.callbacks.append(seen)
-    try:
+    with collections_seen() as collections:
         assert heap.freeze_long_lived("no walk", collect_young=False) is True
-    finally:
-        gc.callbacks.remove(seen)
     assert collections == []
     assert alive() is not None, "the young generations were collected after all"
 
 
 def test_loading_a_file_runs_no_collection(collector: None, tmp_path: Path) -> None:
     """The parse runs with the collector paused and the freeze after it does not walk what the parse made
-    (S: millions of objects, ~0.3 s holding the GIL on the way to the first request)."""
+    (S: millions of objects, walked twice, ~0.2 s holding the GIL on the way to the first request)."""
     from tests.data.test_load import _record
 
     gc.unfreeze()
     gc.enable()
     path = tmp_path / "questions.json"
     path.write_text(json.dumps([_record(f"q{index:03d}") for index in range(200)]), encoding="utf-8")
-    collections: list[int] = []
-
-    def seen(phase: str, info: dict) -> None:
-        if phase == "start":
-            collections.append(info["generation"])
-
     _LOADED.clear()
-    gc.callbacks.append(seen)
     try:
-        questions = load_questions_once(path)
+        with collections_seen() as collections:
+            questions = load_questions_once(path)
     finally:
-        gc.callbacks.remove(seen)
         _LOADED.clear()
     assert len(questions) == 200 and gc.get_freeze_count() > 0
     assert collections == [], f"collections of generations {collections} while loading"
