@@ -7,6 +7,13 @@ FTS5 keyword in a question can change the query's meaning or break it. Rows are
 ordered by FTS5's `bm25()` (negative, lower is better), ties by history order;
 scores are reported as `-bm25` so higher is better.
 
+The table is contentless (`content=''`): FTS5 keeps its index and each row's
+length, which is all `bm25()` reads, but no copy of the text, and a row's turn
+id is looked up from its rowid (the turn's position in the history). The same
+rows, scores and order as a table that stores the text, for about 15% less CPU
+per index (S's histories: 13 -> 11 ms, build and query) and no second copy of a
+~0.5 MB history per question in flight.
+
 `build_index` and `search` are separate so that an index built for one history
 can later be reused for every question sharing it.
 """
@@ -16,6 +23,7 @@ from __future__ import annotations
 import re
 import sqlite3
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from lme.data.records import Question, Turn
 from lme.errors import LmeError
@@ -52,17 +60,26 @@ def _sql_string(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def build_index(turns: Sequence[Turn], tokenizer: str = DEFAULT_TOKENIZER) -> sqlite3.Connection:
-    """An in-memory FTS5 index of `turns`, one row per turn, rowid = position in `turns`.
+@dataclass(frozen=True)
+class TurnIndex:
+    """An in-memory FTS5 index of a history's turns (rowid = position) and the turn ids in that order."""
+
+    conn: sqlite3.Connection
+    turn_ids: tuple[str, ...]
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def build_index(turns: Sequence[Turn], tokenizer: str = DEFAULT_TOKENIZER) -> TurnIndex:
+    """An in-memory, contentless FTS5 index of `turns`, one row per turn, rowid = position in `turns`.
 
     Raises LmeError when SQLite lacks FTS5 or does not accept `tokenizer`.
     """
     conn = sqlite3.connect(":memory:", check_same_thread=False)
     try:
-        conn.execute(
-            f"CREATE VIRTUAL TABLE {TABLE} USING fts5("
-            f"turn_id UNINDEXED, content, tokenize = {_sql_string(tokenizer)})"
-        )
+        conn.execute(f"CREATE VIRTUAL TABLE {TABLE} USING fts5("
+                     f"content, tokenize = {_sql_string(tokenizer)}, content = '')")
     except sqlite3.OperationalError as exc:
         conn.close()
         raise LmeError(
@@ -71,31 +88,31 @@ def build_index(turns: Sequence[Turn], tokenizer: str = DEFAULT_TOKENIZER) -> sq
     with conn:  # one INSERT per chunk of rows: SQLite indexes the chunk with the GIL released once, not per row
         for statement, values in insert_statements(turns, conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)):
             conn.execute(statement, values)
-    return conn
+    return TurnIndex(conn, tuple(turn.turn_id for turn in turns))
 
 
-_ROW = "(?,?,?)"
+_ROW = "(?,?)"
 
 
 def insert_statements(turns: Sequence[Turn], max_variables: int) -> list[tuple[str, list[object]]]:
-    """(statement, values) pairs that insert every turn, rowid = position in `turns`: each an INSERT of as
-    many rows as SQLite's limit on bound values allows (S's ~500 turns: one statement).
+    """(statement, values) pairs that insert every turn's text, rowid = position in `turns`: each an INSERT of
+    as many rows as SQLite's limit on bound values allows (S's ~500 turns: one statement).
 
     Row by row (executemany), each row takes the GIL back from the event loop: up to a switch interval (5 ms)
     per row while the loop is busy, seconds per history. Binding values directly, with no JSON between,
     holds the GIL for a fraction of a millisecond per history (a JSON array of the history: 3 ms)."""
-    per_statement = max(1, max_variables // 3)
+    per_statement = max(1, max_variables // 2)
     chunks = []
     for start in range(0, len(turns), per_statement):
         chunk = turns[start:start + per_statement]
         values: list[object] = []
         for position, turn in enumerate(chunk, start):
-            values += (position, turn.turn_id, turn.content)
-        chunks.append((f"INSERT INTO {TABLE}(rowid, turn_id, content) VALUES {','.join([_ROW] * len(chunk))}", values))
+            values += (position, turn.content)
+        chunks.append((f"INSERT INTO {TABLE}(rowid, content) VALUES {','.join([_ROW] * len(chunk))}", values))
     return chunks
 
 
-def search(conn: sqlite3.Connection, query: str, top_k: int) -> list[tuple[str, float]]:
+def search(index: TurnIndex, query: str, top_k: int) -> list[tuple[str, float]]:
     """The best `top_k` (turn id, score) pairs of an index from `build_index` for `query`.
 
     Scores are `-bm25` (higher is better); ties keep history order. A query
@@ -106,12 +123,12 @@ def search(conn: sqlite3.Connection, query: str, top_k: int) -> list[tuple[str, 
     expression = match_expression(query)
     if expression is None or top_k == 0:
         return []
-    rows = conn.execute(
-        f"SELECT turn_id, bm25({TABLE}) AS score FROM {TABLE} WHERE {TABLE} MATCH ? "
+    rows = index.conn.execute(
+        f"SELECT rowid, bm25({TABLE}) AS score FROM {TABLE} WHERE {TABLE} MATCH ? "
         f"ORDER BY score, rowid LIMIT ?",
         (expression, top_k),
     ).fetchall()
-    return [(turn_id, -score) for turn_id, score in rows]
+    return [(index.turn_ids[rowid], -score) for rowid, score in rows]
 
 
 class FTS5Retriever:
@@ -130,11 +147,11 @@ class FTS5Retriever:
             raise ValueError(f"top_k must be >= 0, got {top_k}.")
         if match_expression(question.question) is None or top_k == 0:
             return Ranking(retriever=self.name, turn_ids=(), scores=())
-        conn = build_index(question.turns(), self.tokenizer)
+        index = build_index(question.turns(), self.tokenizer)
         try:
-            hits = search(conn, question.question, top_k)
+            hits = search(index, question.question, top_k)
         finally:
-            conn.close()
+            index.close()
         return Ranking(
             retriever=self.name,
             turn_ids=tuple(turn_id for turn_id, _ in hits),

@@ -11,7 +11,15 @@ import pytest
 from lme.data.load import load_questions
 from lme.errors import LmeError
 from lme.retrieval.base import Ranking, Retriever
-from lme.retrieval.fts5 import FTS5Retriever, build_index, insert_statements, match_expression, query_tokens, search
+from lme.retrieval.fts5 import (
+    FTS5Retriever,
+    TurnIndex,
+    build_index,
+    insert_statements,
+    match_expression,
+    query_tokens,
+    search,
+)
 from histories import make_question
 
 DATA_DIR = Path(__file__).resolve().parents[3] / "shared/data/longmemeval"
@@ -158,13 +166,26 @@ def test_bad_tokenizer_is_one_clear_error() -> None:
 
 def test_index_can_be_reused_across_queries() -> None:
     question = make_question("unused", FILLER)
-    conn = build_index(question.turns())
+    index = build_index(question.turns())
     try:
-        assert search(conn, "downtown", 1)[0][0] == "s0003:0"
-        assert search(conn, "starter", 1)[0][0] == "s0000:1"
-        assert search(conn, "?!", 5) == []
+        assert search(index, "downtown", 1)[0][0] == "s0003:0"
+        assert search(index, "starter", 1)[0][0] == "s0000:1"
+        assert search(index, "?!", 5) == []
     finally:
-        conn.close()
+        index.close()
+
+
+def test_the_index_keeps_no_copy_of_the_text() -> None:
+    """Contentless: the table answers MATCH and bm25 but holds no turn text (a history is not copied into it)."""
+    question = make_question("unused", FILLER)
+    index = build_index(question.turns())
+    try:
+        rows = index.conn.execute("SELECT rowid, content FROM turns ORDER BY rowid").fetchall()
+        assert [rowid for rowid, _ in rows] == list(range(len(question.turns())))
+        assert {content for _, content in rows} == {None}
+        assert index.turn_ids == tuple(turn.turn_id for turn in question.turns())
+    finally:
+        index.close()
 
 
 @pytest.mark.skipif(not MINI.exists(), reason=f"{MINI} is absent")
@@ -195,13 +216,44 @@ def test_recall_at_100_on_mini_file() -> None:
 
 
 def _row_by_row_index(turns) -> sqlite3.Connection:
-    """The plain way to build the same index (one INSERT per turn): the reference for the one-statement build."""
+    """The plain way to build the index (one INSERT per turn, the text and turn id stored in the table, as lme
+    built it before its index became contentless): the reference for rows, tokens and scores."""
     conn = sqlite3.connect(":memory:")
     conn.execute("CREATE VIRTUAL TABLE turns USING fts5(turn_id UNINDEXED, content, tokenize = 'porter unicode61')")
     with conn:
         conn.executemany("INSERT INTO turns(rowid, turn_id, content) VALUES (?, ?, ?)",
                          ((i, turn.turn_id, turn.content) for i, turn in enumerate(turns)))
     return conn
+
+
+def _reference_search(conn: sqlite3.Connection, query: str, top_k: int) -> list[tuple[str, float]]:
+    """The reference's ranking, its turn ids read from the table."""
+    rows = conn.execute("SELECT turn_id, bm25(turns) AS score FROM turns WHERE turns MATCH ? ORDER BY score, rowid "
+                        "LIMIT ?", (match_expression(query), top_k)).fetchall()
+    return [(turn_id, -score) for turn_id, score in rows]
+
+
+def _instances(conn: sqlite3.Connection) -> list[tuple[object, ...]]:
+    """Every token instance the index holds: (term, rowid, column, offset), in order."""
+    conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.instances USING fts5vocab(main, turns, 'instance')")
+    return conn.execute("SELECT term, doc, col, offset FROM temp.instances ORDER BY term, doc, col, offset").fetchall()
+
+
+def _varints(blob: bytes) -> list[int]:
+    """SQLite's varints (7 bits a byte, high bit set on all but the last byte of each), as FTS5's docsize holds."""
+    values, value = [], 0
+    for byte in blob:
+        value = (value << 7) | (byte & 0x7F)
+        if not byte & 0x80:
+            values.append(value)
+            value = 0
+    return values
+
+
+def _lengths(conn: sqlite3.Connection) -> list[tuple[int, int]]:
+    """Each row's length in tokens in its text column (what bm25 normalises by; the last column), by rowid."""
+    return [(rowid, _varints(size)[-1]) for rowid, size in
+            conn.execute("SELECT id, sz FROM turns_docsize ORDER BY id").fetchall()]
 
 
 TRICKY = [
@@ -213,50 +265,54 @@ WITH_NUL = [[("user", "a NUL \x00 byte in the middle of a bicycle message"), ("a
 
 @pytest.mark.skipif(not MINI.exists(), reason=f"{MINI} is absent")
 def test_one_statement_index_equals_the_row_by_row_index() -> None:
-    """Every row, rowid and score is what one INSERT per turn gives, on tricky text (quotes, backslashes, JSON-like
-    text, a NUL byte) and on real histories."""
+    """Every token instance, row length, rowid and score is what one INSERT per turn into a table that stores the
+    text gives, on tricky text (quotes, backslashes, JSON-like text, a NUL byte) and on real histories."""
     tricky = make_question("tricky", TRICKY + FILLER)
     with_nul = make_question("nul", WITH_NUL + FILLER)
     for question in [tricky, with_nul, *load_questions(MINI)[:4]]:
         turns = question.turns()
         ours, reference = build_index(turns), _row_by_row_index(turns)
         try:
-            dump = "SELECT rowid, turn_id, content FROM turns ORDER BY rowid"
-            assert ours.execute(dump).fetchall() == reference.execute(dump).fetchall()
-            assert len(ours.execute(dump).fetchall()) == len(turns)
-            for query in (question.question, "bicycle tabs fine", "emoji café"):
-                assert search(ours, query, 100) == search(reference, query, 100)
+            assert _instances(ours.conn) == _instances(reference)
+            assert len({doc for _, doc, _, _ in _instances(ours.conn)}) > 0
+            assert _lengths(ours.conn) == _lengths(reference)
+            assert len(_lengths(ours.conn)) == len(turns)
+            queries = (question.question, "bicycle tabs fine", "emoji café")
+            for query in queries:
+                assert search(ours, query, 100) == _reference_search(reference, query, 100)
+            assert any(search(ours, query, 100) for query in queries)
         finally:
             ours.close()
             reference.close()
 
 
 def test_a_history_beyond_sqlites_limit_on_bound_values_is_inserted_in_several_statements() -> None:
-    """Each statement binds at most the limit's values (3 per turn); together they insert every turn once, in
+    """Each statement binds at most the limit's values (2 per turn); together they insert every turn once, in
     order, and the index ranks as one INSERT per turn does. A limit below one row still inserts one per statement."""
     question = make_question("bicycle", TRICKY + FILLER)
     turns = question.turns()
-    for limit, per_statement in ((7, 2), (3, 1), (1, 1), (10_000, len(turns))):
+    for limit, per_statement in ((5, 2), (2, 1), (1, 1), (10_000, len(turns))):
         statements = insert_statements(turns, limit)
-        assert [len(values) // 3 for _, values in statements] == \
+        assert [len(values) // 2 for _, values in statements] == \
             [min(per_statement, len(turns) - start) for start in range(0, len(turns), per_statement)]
         conn = sqlite3.connect(":memory:")
-        conn.execute("CREATE VIRTUAL TABLE turns USING fts5(turn_id UNINDEXED, content, tokenize = 'porter unicode61')")
+        conn.execute("CREATE VIRTUAL TABLE turns USING fts5(content, tokenize = 'porter unicode61', content = '')")
         for statement, values in statements:
-            assert statement.count("?") == len(values) <= max(limit, 3)
+            assert statement.count("?") == len(values) <= max(limit, 2)
             conn.execute(statement, values)
+        index = TurnIndex(conn, tuple(turn.turn_id for turn in turns))
         reference = _row_by_row_index(turns)
         try:
-            dump = "SELECT rowid, turn_id, content FROM turns ORDER BY rowid"
-            assert conn.execute(dump).fetchall() == reference.execute(dump).fetchall()
-            assert search(conn, "bicycle downtown", 10) == search(reference, "bicycle downtown", 10)
+            assert _instances(conn) == _instances(reference)
+            assert _lengths(conn) == _lengths(reference)
+            assert search(index, "bicycle downtown", 10) == _reference_search(reference, "bicycle downtown", 10)
         finally:
             conn.close()
             reference.close()
 
 
 def test_build_index_inserts_in_chunks_when_sqlite_allows_few_bound_values(monkeypatch) -> None:
-    """build_index asks the connection for its limit: with a limit of 9 values (3 turns per INSERT) the index is
+    """build_index asks the connection for its limit: with a limit of 9 values (4 turns per INSERT) the index is
     the same as with one statement."""
     question = make_question("bicycle", FILLER)
     whole = build_index(question.turns())
@@ -270,10 +326,10 @@ def test_build_index_inserts_in_chunks_when_sqlite_allows_few_bound_values(monke
     monkeypatch.setattr(sqlite3, "connect", low_limit)
     chunked = build_index(question.turns())
     try:
-        dump = "SELECT rowid, turn_id, content FROM turns ORDER BY rowid"
-        assert chunked.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) == 9
-        assert chunked.execute(dump).fetchall() == whole.execute(dump).fetchall()
-        assert len(chunked.execute(dump).fetchall()) == len(question.turns()) > 3
+        assert chunked.conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) == 9
+        assert _instances(chunked.conn) == _instances(whole.conn)
+        assert len(_lengths(chunked.conn)) == len(_lengths(whole.conn)) == len(question.turns()) > 4
+        assert search(chunked, "bicycle downtown", 10) == search(whole, "bicycle downtown", 10)
     finally:
         chunked.close()
         whole.close()
