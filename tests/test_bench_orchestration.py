@@ -58,12 +58,27 @@ def test_latency_rows_state_the_ratio_against_the_ideal() -> None:
 
 def test_overhead_rows_divide_by_questions_times_seeds() -> None:
     bench = _bench()
-    run = _run(bench, latency=0.0, wall_s=37.35, profile={"memory building": 6.0, "imports (start-up)": 4.0})
+    run = _run(bench, latency=0.0, wall_s=37.35)
     rows = bench.overhead_rows(run)
     assert rows[0]["value"] == pytest.approx(25.0) and rows[0]["unit"] == "ms"
     assert rows[0]["met"] is False  # the target is strictly under 25 ms
     assert bench.overhead_rows(_run(bench, latency=0.0, wall_s=29.88))[0]["met"] is True
-    profile = {r["figure"].strip(): r for r in rows if "profile" in r["figure"]}
+    assert len(rows) == 2 and "profile" not in " ".join(r["figure"] for r in rows)
+    assert all(r["met"] is None for r in rows[1:])
+
+
+def test_the_overhead_figure_comes_from_the_run_without_the_profiler() -> None:
+    """The profiled run's wall time (py-spy's sampling takes CPU) is shown apart; the figure and its target
+    are the unprofiled run's; the breakdown is the profiled run's samples over its questions."""
+    bench = _bench()
+    plain = _run(bench, latency=0.0, wall_s=29.88)
+    profiled = _run(bench, latency=0.0, wall_s=37.35, profile={"memory building": 6.0, "imports (start-up)": 4.0})
+    rows = bench.overhead_rows(plain, profiled)
+    assert rows[0]["value"] == pytest.approx(20.0) and rows[0]["met"] is True
+    spy = next(r for r in rows if "under py-spy" in r["figure"])
+    assert spy["value"] == pytest.approx(25.0) and spy["met"] is None and "37.4 s" in spy["compared_to"]
+    profile = {r["figure"].strip(): r for r in rows if "profile:" in r["figure"]}
+    assert set(profile) == {"profile: memory building", "profile: imports (start-up)"}
     assert profile["profile: memory building"]["value"] == pytest.approx(6000 / 1494, abs=0.01)
     assert profile["profile: memory building"]["ratio"] == pytest.approx(0.6)
     assert all(r["met"] is None for r in rows[1:])
