@@ -87,9 +87,9 @@ def test_a_single_run_loads_its_file_in_the_background_while_it_imports(tmp_path
     loads = []
     real_load = dataset.load_questions
 
-    def noting_thread(path):
+    def noting_thread(path, **kwargs):
         loads.append(threading.current_thread().name)
-        return real_load(path)
+        return real_load(path, **kwargs)
 
     monkeypatch.setattr(dataset, "load_questions", noting_thread)
     overrides = ["+design=bm25", "limit=2", "tracking.enabled=false", f"cache_dir={tmp_path / 'cache'}"]
@@ -112,9 +112,9 @@ def test_a_job_waits_for_a_prefetch_its_thread_has_not_yet_started(monkeypatch):
     loads = []
     real_load = dataset.load_questions
 
-    def noting_thread(path):
+    def noting_thread(path, **kwargs):
         loads.append(threading.current_thread().name)
-        return real_load(path)
+        return real_load(path, **kwargs)
 
     class LateThread(threading.Thread):
         def run(self):
@@ -201,3 +201,60 @@ def test_warming_follows_the_gateways_rule_for_when_an_input_is_counted(monkeypa
     assert len(pricing._COUNTS) == 1  # the reader's count was the warmed one
     pricing.count_input_tokens(limited.judge.model.node["model"], warm)
     assert len(pricing._COUNTS) == 2  # the judge's was not warmed
+
+
+def test_a_held_back_parse_waits_for_its_release_and_parses_the_bytes_read_before(monkeypatch):
+    """`hold_parse`: the thread reads (and decompresses) the file at once but parses nothing until
+    `release_parse()`; then it parses those bytes, once."""
+    import time
+
+    calls = []
+    real_load = dataset.load_questions
+
+    def noting(path, **kwargs):
+        calls.append(kwargs.get("data"))
+        return real_load(path, **kwargs)
+
+    monkeypatch.setattr(dataset, "load_questions", noting)
+    spec = design_from_config(_compose(["+design=bm25"]), check=False).dataset
+    thread = dataset.prefetch_dataset(spec, hold_parse=True)
+    assert thread is not None
+    try:
+        time.sleep(0.5)  # the bundled sample reads in well under this
+        assert calls == [] and thread.is_alive() and dataset._LOADED == {}
+    finally:
+        dataset.release_parse()
+    thread.join(timeout=60)
+    assert len(calls) == 1 and isinstance(calls[0], bytes) and calls[0][:1] == b"["
+    assert len(dataset._LOADED) == 1
+
+
+def test_a_job_asking_for_a_held_back_file_lets_the_parse_go_and_waits_for_it():
+    """Nobody released the parse: the job's own load does, then waits for that one load (no deadlock on the
+    load lock the prefetch holds, no second load)."""
+    spec = design_from_config(_compose(["+design=bm25"]), check=False).dataset
+    thread = dataset.prefetch_dataset(spec, hold_parse=True)
+    assert thread is not None
+    _, questions = dataset.load_dataset(spec)
+    thread.join(timeout=60)
+    assert not thread.is_alive()
+    (held,) = dataset._LOADED.values()
+    assert questions[0] is held[0]
+    assert dataset._PARSE.is_set()
+
+
+def test_bytes_read_ahead_load_as_the_file_does(tmp_path):
+    """`load_questions(path, data=read_data(path))` gives the questions the file gives, and bad bytes are
+    reported against the file, in the same sentence as when it is read there."""
+    from lme.data.load import load_questions, read_data
+
+    spec = design_from_config(_compose(["+design=bm25"]), check=False).dataset
+    ahead = load_questions(spec.path, data=read_data(spec.path))
+    assert ahead == load_questions(spec.path) and len(ahead) > 1
+    bad = tmp_path / "broken.json"
+    bad.write_text('[{"question_id": ', encoding="utf-8")
+    with pytest.raises(LmeError) as from_file:
+        load_questions(bad)
+    with pytest.raises(LmeError) as from_bytes:
+        load_questions(bad, data=read_data(bad))
+    assert str(from_bytes.value) == str(from_file.value) and "broken.json" in str(from_bytes.value)

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from lme.data.load import check_data_file, file_identity, load_questions
+from lme.data.load import check_data_file, file_identity, load_questions, read_data
 from lme.data.records import Question
 from lme.data.select import Selection, select_questions
 from lme.errors import LmeError
@@ -59,33 +59,49 @@ def load_dataset(spec: DatasetSpec) -> tuple[Path, list[Question] | StreamedQues
 
 _LOADED: dict[tuple, list[Question]] = {}  # at most one file: the jobs of a multirun in this process share it
 _LOADING = threading.Lock()  # one load at a time: a job waits for a prefetch of its file instead of loading it again
+_PARSE = threading.Event()  # open unless a prefetch holds its parse back (`prefetch_dataset(..., hold_parse=True)`)
+_PARSE.set()
+
+
+def release_parse() -> None:
+    """Let a prefetch that holds its parse back parse the file now (nothing when none does)."""
+    _PARSE.set()
 
 
 def load_questions_once(path: Path) -> list[Question]:
     """`load_questions(path)`, kept for this process's later jobs (a multirun's seeds) while the file is unchanged."""
     key = tuple(file_identity(path))
+    release_parse()  # a prefetch holding `_LOADING` may wait for this: never wait here for a parse no one lets go
     with _LOADING:
         return _load_held(path, key)
 
 
-def _load_held(path: Path, key: tuple) -> list[Question]:
-    """The questions of `path` (identity `key`), loaded unless held; the caller holds `_LOADING`."""
+def _load_held(path: Path, key: tuple, data: bytes | None = None) -> list[Question]:
+    """The questions of `path` (identity `key`, its bytes `data` when read already), loaded unless held; the
+    caller holds `_LOADING`."""
     if key not in _LOADED:
         _LOADED.clear()  # free the previous file before loading the next
         # Frozen before the collector runs again: its first young collection after the parse (and one
         # before the freeze) would walk every object the parse made (S: ~0.2 s holding the GIL).
         with collection_paused():
-            _LOADED[key] = load_questions(path)
+            _LOADED[key] = load_questions(path, data=data)
             freeze_long_lived("file", collect_young=False)  # kept until exit: never walked again (lme.heap)
     return _LOADED[key]
 
 
-def prefetch_dataset(spec: DatasetSpec) -> threading.Thread | None:
+def prefetch_dataset(spec: DatasetSpec, hold_parse: bool = False) -> threading.Thread | None:
     """Start loading the dataset file (all held, not streamed) in a background thread, for the jobs this
     process will run: the multirun parent's MLflow set-up (or a single run's imports) runs meanwhile, and
     most of a load (xz decompression) runs beside it on another core. None when nothing is to be loaded
     (streamed, swept, no such file, or this process holds the file already). A load that fails is left to
-    the job, which loads the file again and says what is wrong."""
+    the job, which loads the file again and says what is wrong.
+
+    `hold_parse`: the thread reads (and decompresses) the file at once but parses it only after
+    `release_parse()`, which the caller calls once its own GIL-bound start-up (litellm's import) is done,
+    and which a job asking for the file calls itself. Parsing holds the GIL, and `json.loads` never lets
+    it go: beside an import, both ran slower than one after the other (a single run from S's `.json`
+    reached its first request at 6.2 s, from `.json.xz`, whose decompression kept the parse after the
+    import, at 4.8 s)."""
     if spec.stream or spec.swept:
         return None
     path = spec.path
@@ -100,9 +116,14 @@ def prefetch_dataset(spec: DatasetSpec) -> threading.Thread | None:
         _LOADING.release()
         return None
 
+    if hold_parse:
+        _PARSE.clear()
+
     def load() -> None:
         try:
-            _load_held(path, key)
+            data = read_data(path) if hold_parse else None
+            _PARSE.wait()
+            _load_held(path, key, data)
         except Exception:  # noqa: BLE001 - reported by the job's own load
             pass
         finally:
@@ -112,6 +133,7 @@ def prefetch_dataset(spec: DatasetSpec) -> threading.Thread | None:
     try:
         thread.start()
     except BaseException:
+        _PARSE.set()
         _LOADING.release()
         raise
     return thread

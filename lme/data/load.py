@@ -42,9 +42,15 @@ _JSON_FAILURES = (json.JSONDecodeError, UnicodeDecodeError, OSError, EOFError, l
                   ValueError)
 
 
-def _parse_json(path: Path) -> Any:
+def read_data(path: Path) -> bytes:
+    """The bytes `load_questions` parses: the file's, decompressed for `.gz` and `.xz` (the decompressor
+    releases the GIL while it works)."""
     check_data_file(path)
-    return json.loads(_decompressed(path).decode("utf-8"))
+    return _decompressed(path)
+
+
+def _parse_json(path: Path, data: bytes | None = None) -> Any:
+    return json.loads((read_data(path) if data is None else data).decode("utf-8"))
 
 
 def _json_failure(path: Path, exc: BaseException) -> DataError:
@@ -91,17 +97,19 @@ def _beyond_json_limits(path: Path, exc: BaseException) -> DataError:
     return DataError(f"{path}: cannot be read as JSON ({reason}).")
 
 
-def load_questions(path: str | Path, question_ids: Iterable[str] | None = None) -> list[Question]:
+def load_questions(path: str | Path, question_ids: Iterable[str] | None = None, *,
+                   data: bytes | None = None) -> list[Question]:
     """Load a LongMemEval file into validated `Question`s, in file order.
 
     `question_ids`, when given, selects those questions (in the order given) and
-    fails on an id the file does not hold.
+    fails on an id the file does not hold. `data`, when given, is the file's
+    bytes as `read_data(path)` returned them (read and decompressed earlier).
     """
     path = Path(path)
     failure: BaseException | None = None
     with collection_paused():  # millions of objects, none of them garbage (lme.heap)
         try:
-            raw = _parse_json(path)
+            raw = _parse_json(path, data)
         except _JSON_FAILURES as exc:
             failure = exc  # said below, with the collector back: locating it streams the file again
         else:

@@ -38,3 +38,40 @@ def test_a_failing_warm_up_never_stops_the_study(unwarmed: None, monkeypatch: py
 
     monkeypatch.setattr(litellm, "completion", broken)
     assert litellm_loader.warm_call_path() is False
+
+
+_COUNT_IMPORT = """
+import gc, json, sys
+from lme.models import litellm_loader
+{before}
+started = []
+gc.callbacks.append(lambda phase, info: phase == "start" and started.append(info["generation"]))
+litellm_loader.import_litellm()
+litellm_loader.import_litellm()  # a second call: litellm is imported, nothing more is frozen
+print(json.dumps({{"collections": len(started), "frozen": gc.get_freeze_count(), "enabled": gc.isenabled()}}))
+"""
+
+
+def _import_in_fresh_process(before: str = "") -> dict:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    out = subprocess.run([sys.executable, "-c", _COUNT_IMPORT.format(before=before)], capture_output=True, text=True,
+                         env=env, timeout=120, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.mark.slow  # two fresh interpreters importing litellm (~2 s each)
+def test_litellm_imports_with_the_collector_paused_and_what_it_made_frozen() -> None:
+    """No collection walks litellm's half a million objects while it imports (left running, the collector
+    ran ~960 times during the import), none afterwards (they are frozen), and the collector runs again once
+    it is done. A litellm some other code imported first is left as it is: nothing is frozen for it."""
+    fresh = _import_in_fresh_process()
+    assert fresh["collections"] < 50
+    assert fresh["frozen"] > 100_000
+    assert fresh["enabled"] is True
+    imported_before = _import_in_fresh_process("import litellm")
+    assert imported_before["frozen"] == 0 and imported_before["enabled"] is True
