@@ -355,7 +355,7 @@ def latency_rows(run: StudyRun) -> list[dict[str, Any]]:
 
 def overhead_rows(run: StudyRun, profiled: StudyRun | None = None) -> list[dict[str, Any]]:
     """lme's time per question and seed at zero latency, from `run` (no profiler attached: on 2 cores py-spy's
-    own sampling took 1-2 ms per question of the machine), and where the time goes from `profiled`, a second
+    own sampling added 0.5-1.1 ms per question), and where the time goes from `profiled`, a second
     zero-latency run of the same study under py-spy, when there is one."""
     per_question = 1000 * run.wall_s / max(1, run.question_runs)
     rows = [
