@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from lme.answer.steps import run_step_metrics
-from lme.data.dataset import load_dataset, prefetch_dataset, question_ids_of, release_parse
+from lme.data.dataset import load_dataset, loading_in_background, question_ids_of
 from lme.design import Design, plain
 from lme.errors import EXIT_BUDGET, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_SYSTEMIC
 from lme.hashing import file_sha256_known, sha256_json
@@ -220,13 +220,10 @@ def _run_job(design: Design) -> dict[str, float]:
     judge = design.judge.build()  # reads and verifies the judge templates
     # A process that has not loaded the data file yet (a single run; a multirun's parent started it already)
     # loads it in a background thread, its decompression on another core, while litellm imports here.
-    prefetching = prefetch_dataset(design.dataset, hold_parse=True)  # parsed after litellm's import, not beside it
-    try:
+    with loading_in_background(design.dataset) as prefetching:  # parsed after litellm's import, not beside it
         preflight([reader.model, judge.model])  # every paid model's credentials, before the questions are used
         if prefetching is not None:
             warm_model_calls(design)  # here, not on the event loop at the first call
-    finally:
-        release_parse()
     if prefetching is not None and design.tracking.enabled:  # the helper holding MLflow, started beside the load
         from lme.traces import start_helper
 

@@ -96,17 +96,16 @@ class MultirunParent(_HydraCallback):
 
             start_helper(self.settings)
         if runs_jobs_here(config):  # the jobs will load the data file in this process: start now
-            from lme.data.dataset import prefetch_dataset, release_parse
+            from lme.data.dataset import loading_in_background
 
-            design = _design(config)  # the file is parsed after litellm's import, not beside it (lme.data.dataset)
-            self.prefetch = prefetch_dataset(design.dataset, hold_parse=True) if design is not None else None
-            if self.prefetch is not None:  # litellm now, while the file decompresses on another core,
-                from lme.job import warm_model_calls  # not on the event loop at the first call
+            design = _design(config)
+            self.prefetch = None
+            if design is not None:  # the file is parsed after litellm's import, not beside it (lme.data.dataset)
+                with loading_in_background(design.dataset) as self.prefetch:
+                    if self.prefetch is not None:  # litellm now, while the file decompresses on another core,
+                        from lme.job import warm_model_calls  # not on the event loop at the first call
 
-                try:
-                    warm_model_calls(design)
-                finally:
-                    release_parse()
+                        warm_model_calls(design)
         if self.settings.enabled:
             overrides = list(config.hydra.overrides.task)
             dataset = str(config.dataset.name) if not _sweeps(overrides, "dataset") else "datasets"

@@ -243,6 +243,19 @@ def test_a_job_asking_for_a_held_back_file_lets_the_parse_go_and_waits_for_it():
     assert dataset._PARSE.is_set()
 
 
+def test_the_parse_is_let_go_however_the_start_up_beside_it_ends():
+    """`loading_in_background`: the block is the caller's start-up; a failure in it still lets the file parse
+    (a job that runs later finds it loaded, and nothing waits on a parse no one released)."""
+    spec = design_from_config(_compose(["+design=bm25"]), check=False).dataset
+    with pytest.raises(RuntimeError, match="start-up failed"):
+        with dataset.loading_in_background(spec) as thread:
+            assert thread is not None and not dataset._PARSE.is_set()
+            raise RuntimeError("start-up failed")
+    assert dataset._PARSE.is_set()
+    thread.join(timeout=60)
+    assert not thread.is_alive() and len(dataset._LOADED) == 1
+
+
 def test_bytes_read_ahead_load_as_the_file_does(tmp_path):
     """`load_questions(path, data=read_data(path))` gives the questions the file gives, and bad bytes are
     reported against the file, in the same sentence as when it is read there."""

@@ -12,6 +12,7 @@ import os
 import sys
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -137,6 +138,18 @@ def prefetch_dataset(spec: DatasetSpec, hold_parse: bool = False) -> threading.T
         _LOADING.release()
         raise
     return thread
+
+
+@contextmanager
+def loading_in_background(spec: DatasetSpec) -> Iterator[threading.Thread | None]:
+    """`prefetch_dataset(spec, hold_parse=True)` around the caller's GIL-bound start-up (litellm's import, in
+    the block): the file is read and decompressed beside it and parsed once the block ends, however it ends.
+    Yields the loading thread, or None when nothing is to be loaded."""
+    thread = prefetch_dataset(spec, hold_parse=True)
+    try:
+        yield thread
+    finally:
+        release_parse()
 
 
 class StreamedQuestions:
