@@ -196,10 +196,37 @@ def runs_view_url(settings: TrackingSettings, experiment: str) -> str:
     return f"{base}/#/experiments/{experiment}/runs?viewStateShareKey={RUNS_VIEW_KEY}"
 
 
+def _runs_view_value() -> str:
+    return json.dumps(runs_view_state(), sort_keys=True)
+
+
+_VIEW_TAG_ATTEMPTS = 3
+
+
+def lost_an_insert_race(error: BaseException) -> bool:
+    """Whether a store refused a write because another writer inserted the same key first (SQLite's `UNIQUE
+    constraint failed`, PostgreSQL's `violates unique constraint`, MySQL's `Duplicate entry`), through MLflow's
+    client or its tracking server."""
+    text = str(error).lower()
+    return "unique constraint" in text or "duplicate entry" in text
+
+
 def _ensure_runs_view(client: Any, experiment: Any) -> None:
-    value = json.dumps(runs_view_state(), sort_keys=True)
-    if (experiment.tags or {}).get(RUNS_VIEW_TAG) != value:
-        client.set_experiment_tag(experiment.experiment_id, RUNS_VIEW_TAG, value)
+    """Give the experiment lme's runs view, unless it has it. Jobs starting together on one store may all
+    find the tag missing, and MLflow writes a tag by reading, then inserting: all but the first insert fail
+    on the tag's unique key. After such a failure the tag is read back: when another job wrote this view,
+    that is done; otherwise the write is tried again (now an update). Any other failure is raised."""
+    value = _runs_view_value()
+    for attempt in range(_VIEW_TAG_ATTEMPTS):
+        if (experiment.tags or {}).get(RUNS_VIEW_TAG) == value:
+            return
+        try:
+            client.set_experiment_tag(experiment.experiment_id, RUNS_VIEW_TAG, value)
+            return
+        except Exception as error:
+            if not lost_an_insert_race(error) or attempt == _VIEW_TAG_ATTEMPTS - 1:
+                raise
+            experiment = client.get_experiment(experiment.experiment_id)
 
 
 def experiment_id(settings: TrackingSettings) -> str:
@@ -208,7 +235,8 @@ def experiment_id(settings: TrackingSettings) -> str:
     experiment = client.get_experiment_by_name(settings.experiment)
     if experiment is None:
         try:
-            client.create_experiment(settings.experiment, artifact_location=artifact_location(settings))
+            client.create_experiment(settings.experiment, artifact_location=artifact_location(settings),
+                                     tags={RUNS_VIEW_TAG: _runs_view_value()})  # one transaction with the view
         except Exception:  # another job created it first
             experiment = client.get_experiment_by_name(settings.experiment)
             if experiment is None:
@@ -302,7 +330,7 @@ class JobRun:
                 self.client.log_inputs(self.run_id, datasets=[dataset_input])
                 return
             except MlflowException as error:
-                if "UNIQUE constraint" not in str(error) or attempt == attempts - 1:
+                if not lost_an_insert_race(error) or attempt == attempts - 1:
                     raise
                 time.sleep(0.05 * (attempt + 1))
 

@@ -119,3 +119,112 @@ def test_the_store_modules_are_imported_without_opening_or_creating_anything(tmp
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["True", "True"]
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def _store_with_an_experiment_without_the_view(tmp_path, view: str | None = None):
+    from mlflow.tracking import MlflowClient
+
+    from lme.tracking import RUNS_VIEW_TAG
+
+    settings = TrackingSettings(uri=f"sqlite:///{tmp_path}/mlflow.db", artifact_location=str(tmp_path / "mlruns"))
+    client = MlflowClient(settings.uri)
+    created = client.create_experiment(settings.experiment, tags={RUNS_VIEW_TAG: view} if view else None)
+    return settings, client, created
+
+
+def _view(client, experiment):
+    from lme.tracking import RUNS_VIEW_TAG
+
+    return client.get_experiment(experiment).tags.get(RUNS_VIEW_TAG)
+
+
+def test_a_new_experiment_is_created_with_the_runs_view(tmp_path, monkeypatch):
+    """The job that creates the experiment writes the view in the same transaction, so jobs starting beside it
+    find it there and write nothing."""
+    import json
+
+    from mlflow.tracking import MlflowClient
+
+    from lme.tracking import experiment_id, runs_view_state
+
+    settings = TrackingSettings(uri=f"sqlite:///{tmp_path}/mlflow.db", artifact_location=str(tmp_path / "mlruns"))
+    tag_writes = []
+    monkeypatch.setattr(MlflowClient, "set_experiment_tag", lambda self, *args: tag_writes.append(args))
+    experiment = experiment_id(settings)
+    assert tag_writes == []
+    assert json.loads(_view(MlflowClient(settings.uri), experiment)) == runs_view_state()
+
+
+def test_a_runs_view_another_job_wrote_first_is_not_a_failure(tmp_path, monkeypatch):
+    """Jobs starting together on a store whose experiment lacks the view (made by an older lme) all find the
+    tag missing; MLflow writes a tag by a read and then an insert, and the slower job's insert fails on the
+    tag's unique key (CI: three jobs on a fresh store, one exited 2). Reproduced in order: between this job's
+    read and its write, another job writes the view. The job must read it back and go on."""
+    import json
+
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    from lme.tracking import experiment_id, runs_view_state
+
+    settings, client, created = _store_with_an_experiment_without_the_view(tmp_path)
+    real_set = MlflowClient.set_experiment_tag
+    calls = []
+
+    def set_tag_losing_the_race(self, experiment, key, value):
+        calls.append(value)
+        if len(calls) == 1:
+            real_set(client, experiment, key, value)  # the other job wins the insert ...
+            raise MlflowException(  # ... and the store answers this one as it did in CI
+                "(sqlite3.IntegrityError) UNIQUE constraint failed: experiment_tags.key, experiment_tags.experiment_id")
+        return real_set(self, experiment, key, value)
+
+    monkeypatch.setattr(MlflowClient, "set_experiment_tag", set_tag_losing_the_race)
+    assert experiment_id(settings) == created
+    assert len(calls) == 1  # read back: the other job's view is this one, nothing written again
+    assert json.loads(_view(client, created)) == runs_view_state()
+
+
+def test_a_lost_race_with_an_older_view_writes_this_one(tmp_path, monkeypatch):
+    """The job that won wrote another view (an older lme): the loser's next write is an update, and it lands."""
+    import json
+
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    from lme.tracking import experiment_id, runs_view_state
+
+    settings, client, created = _store_with_an_experiment_without_the_view(tmp_path)
+    real_set = MlflowClient.set_experiment_tag
+    calls = []
+
+    def set_tag_losing_to_an_older_view(self, experiment, key, value):
+        calls.append(value)
+        if len(calls) == 1:
+            real_set(client, experiment, key, json.dumps({"orderByKey": "metrics.`old`"}))
+            raise MlflowException("(psycopg2.errors.UniqueViolation) duplicate key value violates unique constraint")
+        return real_set(self, experiment, key, value)
+
+    monkeypatch.setattr(MlflowClient, "set_experiment_tag", set_tag_losing_to_an_older_view)
+    assert experiment_id(settings) == created
+    assert len(calls) == 2
+    assert json.loads(_view(client, created)) == runs_view_state()
+
+
+def test_a_view_write_failing_for_another_reason_is_raised_at_once(tmp_path, monkeypatch):
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    from lme.tracking import experiment_id
+
+    settings, client, created = _store_with_an_experiment_without_the_view(tmp_path, view='{"old": true}')
+    calls = []
+
+    def set_tag_refused(self, experiment, key, value):
+        calls.append(value)
+        raise MlflowException("PERMISSION_DENIED: read-only store")
+
+    monkeypatch.setattr(MlflowClient, "set_experiment_tag", set_tag_refused)
+    with pytest.raises(MlflowException, match="read-only store"):
+        experiment_id(settings)
+    assert len(calls) == 1
