@@ -462,7 +462,9 @@ def owner_tags() -> dict[str, str]:
 
 def repair_orphans(settings: TrackingSettings, experiment_ids: list[str] | None = None, quiet: bool = False) -> list[str]:
     """Mark KILLED every RUNNING run whose owning process, on this machine, is gone; returns their ids.
-    Runs owned by another machine are left alone (their process cannot be checked from here)."""
+    Runs owned by another machine are left alone (their process cannot be checked from here). Every job
+    repairs on starting, so jobs starting together may mark the same orphan: the failure tag's insert that
+    loses to another job's is not an error."""
     import socket
 
     from lme.models.ledger import process_alive
@@ -481,9 +483,13 @@ def repair_orphans(settings: TrackingSettings, experiment_ids: list[str] | None 
             continue
         if process_alive(int(tags["lme.pid"]), tags.get("lme.pid_start", "")):
             continue
-        client.set_tag(run.info.run_id, FAILURE_TAG, "orphaned: the process running it ended without closing it "
-                       f"(killed?); marked KILLED by process {os.getpid()}")
-        client.set_terminated(run.info.run_id, "KILLED")
+        try:
+            client.set_tag(run.info.run_id, FAILURE_TAG, "orphaned: the process running it ended without closing "
+                           f"it (killed?); marked KILLED by process {os.getpid()}")
+        except Exception as error:  # noqa: BLE001 - jobs starting together repair the same orphans at once
+            if not lost_an_insert_race(error):
+                raise
+        client.set_terminated(run.info.run_id, "KILLED")  # an update: repeating another job's is harmless
         repaired.append(run.info.run_id)
     if repaired and not quiet:
         print(f"lme: marked {len(repaired)} orphaned MLflow run(s) KILLED: {', '.join(repaired)}", flush=True)

@@ -228,3 +228,88 @@ def test_a_view_write_failing_for_another_reason_is_raised_at_once(tmp_path, mon
     with pytest.raises(MlflowException, match="read-only store"):
         experiment_id(settings)
     assert len(calls) == 1
+
+
+def test_jobs_repairing_the_same_orphan_at_once_both_start(tmp_path, monkeypatch):
+    """Every job marks KILLED the runs a SIGKILL left RUNNING before it starts; two jobs starting together after
+    a kill find the same orphan, and the slower one's failure-tag insert fails on the tag's unique key.
+    Reproduced in order: between this job's search and its write, another job repairs the orphan."""
+    import subprocess
+    import sys
+
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    from lme.models.ledger import process_start
+    from lme.tracking import FAILURE_TAG, repair_orphans
+
+    settings = TrackingSettings(uri=f"sqlite:///{tmp_path}/mlflow.db", artifact_location=str(tmp_path / "mlruns"))
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    owner = {"lme.host": __import__("socket").gethostname(), "lme.pid": str(gone.pid),
+             "lme.pid_start": process_start(gone.pid) or "1"}
+    gone.wait()
+    orphan = JobRun(settings, "killed", {"lme.role": "job"}, owner=owner)
+    real_set_tag = MlflowClient.set_tag
+    calls = []
+
+    def set_tag_losing_the_race(self, run_id, key, value, *args, **kwargs):
+        calls.append(key)
+        if key == FAILURE_TAG and calls.count(FAILURE_TAG) == 1:
+            real_set_tag(self, run_id, key, "orphaned: marked by the other job")  # the other job wins ...
+            raise MlflowException(  # ... and the store answers this one with the tag's unique key
+                "(sqlite3.IntegrityError) UNIQUE constraint failed: tags.key, tags.run_uuid")
+        return real_set_tag(self, run_id, key, value, *args, **kwargs)
+
+    monkeypatch.setattr(MlflowClient, "set_tag", set_tag_losing_the_race)
+    assert repair_orphans(settings, quiet=True) == [orphan.run_id]
+    run = MlflowClient(settings.uri).get_run(orphan.run_id)
+    assert run.info.status == "KILLED" and run.data.tags[FAILURE_TAG] == "orphaned: marked by the other job"
+
+    def set_tag_refused(self, run_id, key, value, *args, **kwargs):
+        raise MlflowException("PERMISSION_DENIED: read-only store")
+
+    another = JobRun(settings, "killed too", {"lme.role": "job"}, owner=owner)
+    monkeypatch.setattr(MlflowClient, "set_tag", set_tag_refused)
+    with pytest.raises(MlflowException, match="read-only store"):
+        repair_orphans(settings, quiet=True)
+    assert MlflowClient(settings.uri).get_run(another.run_id).info.status == "RUNNING"
+
+
+@pytest.mark.slow
+def test_jobs_starting_together_after_a_kill_all_start(tmp_path):
+    """The race above between real processes: three orphans of a killed study, six jobs opening their runs at
+    the same instant (each has opened the store before and spins until a shared start time). Before repairs
+    tolerated each other, 3 of 4 runs of this test failed on the failure tag's unique key (the deterministic
+    test above fails always)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from mlflow.tracking import MlflowClient
+
+    settings = TrackingSettings(uri=f"sqlite:///{tmp_path}/mlflow.db", artifact_location=str(tmp_path / "mlruns"))
+    owner = {"lme.host": socket.gethostname(), "lme.pid": "4000000", "lme.pid_start": "1"}  # above pid_max
+    orphans = [JobRun(settings, f"orphan {n}", {"lme.role": "job"}, owner=owner).run_id for n in range(3)]
+    start = time.time() + 12
+    code = (
+        "import sys, time\n"
+        "from lme.tracking import JobRun, TrackingSettings, client_for\n"
+        f"settings = TrackingSettings(uri={settings.uri!r}, artifact_location={settings.artifact_location!r})\n"
+        "client_for(settings)\n"
+        f"while time.time() < {start!r}: pass\n"  # all on the CPU at the instant, not waking one by one
+        "JobRun(settings, sys.argv[1], {'lme.role': 'job'}).finish()\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    env = os.environ | {"PYTHONPATH": str(root)}
+    jobs = [subprocess.Popen([sys.executable, "-c", code, f"job {n}"], env=env, stderr=subprocess.PIPE, text=True)
+            for n in range(6)]
+    results = [(job.wait(timeout=120), job.stderr.read()) for job in jobs]
+    assert [code for code, _ in results] == [0] * 6, [err[-1500:] for _, err in results]
+    client = MlflowClient(settings.uri)
+    assert [client.get_run(run_id).info.status for run_id in orphans] == ["KILLED"] * 3
+    finished = [run for run in client.search_runs([client.get_experiment_by_name(settings.experiment).experiment_id])
+                if run.data.tags.get("mlflow.runName", "").startswith("job ")]
+    assert sorted(run.info.status for run in finished) == ["FINISHED"] * 6
