@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from lme.tracking import JobRun, TrackingSettings, across_seed_metrics, flatten, params_from_config
+
+
+def _settings(tmp_path) -> TrackingSettings:
+    """A SQLite store and its artifacts in `tmp_path`."""
+    return TrackingSettings(uri=f"sqlite:///{tmp_path}/mlflow.db", artifact_location=str(tmp_path / "mlruns"))
+
+
+# A run's owner that no process on this machine can be: Linux never gives a pid above 2**22 (PID_MAX_LIMIT).
+ORPHAN_OWNER = {"lme.host": socket.gethostname(), "lme.pid": str(2**22 + 1), "lme.pid_start": "1"}
 
 
 def test_flatten_and_params_drop_secrets_and_hash_long_texts():
@@ -40,7 +51,7 @@ def test_across_seed_metrics_group_by_design_and_prefix_only_when_several():
 def test_job_run_writes_params_metrics_tags_and_artifacts(tmp_path):
     from mlflow.tracking import MlflowClient
 
-    settings = TrackingSettings(uri=f"sqlite:///{tmp_path}/mlflow.db", artifact_location=str(tmp_path / "mlruns"))
+    settings = _settings(tmp_path)
     parent = JobRun(settings, "parent", {"lme.role": "parent"})
     child = JobRun(settings, "child", {"lme.role": "job"}, parent_id=parent.run_id)
     child.log_params({f"p{i}": str(i) for i in range(250)})
@@ -66,7 +77,7 @@ def test_a_dataset_another_job_registered_first_is_linked_not_a_failure(tmp_path
 
     from lme.tracking import DataInput
 
-    settings = TrackingSettings(uri=f"sqlite:///{tmp_path}/mlflow.db", artifact_location=str(tmp_path / "mlruns"))
+    settings = _settings(tmp_path)
     first, second = JobRun(settings, "a", {"lme.role": "job"}), JobRun(settings, "b", {"lme.role": "job"})
     data = DataInput("sample", Path("/data/sample.json"), "ab" * 32, 16, "cd" * 32)
     real_log_inputs = first.client.log_inputs
@@ -121,12 +132,13 @@ def test_the_store_modules_are_imported_without_opening_or_creating_anything(tmp
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
-def _store_with_an_experiment_without_the_view(tmp_path, view: str | None = None):
+def _store_with_an_experiment(tmp_path, view: str | None = None):
+    """A store whose experiment an older lme made: without lme's runs view, or with `view`."""
     from mlflow.tracking import MlflowClient
 
     from lme.tracking import RUNS_VIEW_TAG
 
-    settings = TrackingSettings(uri=f"sqlite:///{tmp_path}/mlflow.db", artifact_location=str(tmp_path / "mlruns"))
+    settings = _settings(tmp_path)
     client = MlflowClient(settings.uri)
     created = client.create_experiment(settings.experiment, tags={RUNS_VIEW_TAG: view} if view else None)
     return settings, client, created
@@ -147,7 +159,7 @@ def test_a_new_experiment_is_created_with_the_runs_view(tmp_path, monkeypatch):
 
     from lme.tracking import experiment_id, runs_view_state
 
-    settings = TrackingSettings(uri=f"sqlite:///{tmp_path}/mlflow.db", artifact_location=str(tmp_path / "mlruns"))
+    settings = _settings(tmp_path)
     tag_writes = []
     monkeypatch.setattr(MlflowClient, "set_experiment_tag", lambda self, *args: tag_writes.append(args))
     experiment = experiment_id(settings)
@@ -155,11 +167,17 @@ def test_a_new_experiment_is_created_with_the_runs_view(tmp_path, monkeypatch):
     assert json.loads(_view(MlflowClient(settings.uri), experiment)) == runs_view_state()
 
 
-def test_a_runs_view_another_job_wrote_first_is_not_a_failure(tmp_path, monkeypatch):
+@pytest.mark.parametrize(("winner_wrote", "refusal", "writes"), [
+    ("this view", "(sqlite3.IntegrityError) UNIQUE constraint failed: experiment_tags.key, "
+                  "experiment_tags.experiment_id", 1),  # read back: nothing written again
+    ("an older view", "(psycopg2.errors.UniqueViolation) duplicate key value violates unique constraint", 2),
+], ids=["this view", "an older view"])
+def test_a_runs_view_write_that_lost_the_race_is_not_a_failure(tmp_path, monkeypatch, winner_wrote, refusal, writes):
     """Jobs starting together on a store whose experiment lacks the view (made by an older lme) all find the
     tag missing; MLflow writes a tag by a read and then an insert, and the slower job's insert fails on the
     tag's unique key (CI: three jobs on a fresh store, one exited 2). Reproduced in order: between this job's
-    read and its write, another job writes the view. The job must read it back and go on."""
+    read and its write, another job writes a view. The job reads it back: this view is done; an older one
+    (another lme) is written again, now an update, and it lands."""
     import json
 
     from mlflow.exceptions import MlflowException
@@ -167,47 +185,20 @@ def test_a_runs_view_another_job_wrote_first_is_not_a_failure(tmp_path, monkeypa
 
     from lme.tracking import experiment_id, runs_view_state
 
-    settings, client, created = _store_with_an_experiment_without_the_view(tmp_path)
+    settings, client, created = _store_with_an_experiment(tmp_path)
     real_set = MlflowClient.set_experiment_tag
     calls = []
 
     def set_tag_losing_the_race(self, experiment, key, value):
         calls.append(value)
-        if len(calls) == 1:
-            real_set(client, experiment, key, value)  # the other job wins the insert ...
-            raise MlflowException(  # ... and the store answers this one as it did in CI
-                "(sqlite3.IntegrityError) UNIQUE constraint failed: experiment_tags.key, experiment_tags.experiment_id")
+        if len(calls) == 1:  # the other job wins the insert, and the store answers this one with the unique key
+            real_set(client, experiment, key, value if winner_wrote == "this view" else '{"orderByKey": "old"}')
+            raise MlflowException(refusal)
         return real_set(self, experiment, key, value)
 
     monkeypatch.setattr(MlflowClient, "set_experiment_tag", set_tag_losing_the_race)
     assert experiment_id(settings) == created
-    assert len(calls) == 1  # read back: the other job's view is this one, nothing written again
-    assert json.loads(_view(client, created)) == runs_view_state()
-
-
-def test_a_lost_race_with_an_older_view_writes_this_one(tmp_path, monkeypatch):
-    """The job that won wrote another view (an older lme): the loser's next write is an update, and it lands."""
-    import json
-
-    from mlflow.exceptions import MlflowException
-    from mlflow.tracking import MlflowClient
-
-    from lme.tracking import experiment_id, runs_view_state
-
-    settings, client, created = _store_with_an_experiment_without_the_view(tmp_path)
-    real_set = MlflowClient.set_experiment_tag
-    calls = []
-
-    def set_tag_losing_to_an_older_view(self, experiment, key, value):
-        calls.append(value)
-        if len(calls) == 1:
-            real_set(client, experiment, key, json.dumps({"orderByKey": "metrics.`old`"}))
-            raise MlflowException("(psycopg2.errors.UniqueViolation) duplicate key value violates unique constraint")
-        return real_set(self, experiment, key, value)
-
-    monkeypatch.setattr(MlflowClient, "set_experiment_tag", set_tag_losing_to_an_older_view)
-    assert experiment_id(settings) == created
-    assert len(calls) == 2
+    assert len(calls) == writes
     assert json.loads(_view(client, created)) == runs_view_state()
 
 
@@ -217,7 +208,7 @@ def test_a_view_write_failing_for_another_reason_is_raised_at_once(tmp_path, mon
 
     from lme.tracking import experiment_id
 
-    settings, client, created = _store_with_an_experiment_without_the_view(tmp_path, view='{"old": true}')
+    settings, client, created = _store_with_an_experiment(tmp_path, view='{"old": true}')
     calls = []
 
     def set_tag_refused(self, experiment, key, value):
@@ -234,21 +225,13 @@ def test_jobs_repairing_the_same_orphan_at_once_both_start(tmp_path, monkeypatch
     """Every job marks KILLED the runs a SIGKILL left RUNNING before it starts; two jobs starting together after
     a kill find the same orphan, and the slower one's failure-tag insert fails on the tag's unique key.
     Reproduced in order: between this job's search and its write, another job repairs the orphan."""
-    import subprocess
-    import sys
-
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from lme.models.ledger import process_start
     from lme.tracking import FAILURE_TAG, repair_orphans
 
-    settings = TrackingSettings(uri=f"sqlite:///{tmp_path}/mlflow.db", artifact_location=str(tmp_path / "mlruns"))
-    gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    owner = {"lme.host": __import__("socket").gethostname(), "lme.pid": str(gone.pid),
-             "lme.pid_start": process_start(gone.pid) or "1"}
-    gone.wait()
-    orphan = JobRun(settings, "killed", {"lme.role": "job"}, owner=owner)
+    settings = _settings(tmp_path)
+    orphan = JobRun(settings, "killed", {"lme.role": "job"}, owner=ORPHAN_OWNER)
     real_set_tag = MlflowClient.set_tag
     calls = []
 
@@ -268,7 +251,7 @@ def test_jobs_repairing_the_same_orphan_at_once_both_start(tmp_path, monkeypatch
     def set_tag_refused(self, run_id, key, value, *args, **kwargs):
         raise MlflowException("PERMISSION_DENIED: read-only store")
 
-    another = JobRun(settings, "killed too", {"lme.role": "job"}, owner=owner)
+    another = JobRun(settings, "killed too", {"lme.role": "job"}, owner=ORPHAN_OWNER)
     monkeypatch.setattr(MlflowClient, "set_tag", set_tag_refused)
     with pytest.raises(MlflowException, match="read-only store"):
         repair_orphans(settings, quiet=True)
@@ -282,7 +265,6 @@ def test_jobs_starting_together_after_a_kill_all_start(tmp_path):
     tolerated each other, 3 of 4 runs of this test failed on the failure tag's unique key (the deterministic
     test above fails always)."""
     import os
-    import socket
     import subprocess
     import sys
     import time
@@ -290,9 +272,8 @@ def test_jobs_starting_together_after_a_kill_all_start(tmp_path):
 
     from mlflow.tracking import MlflowClient
 
-    settings = TrackingSettings(uri=f"sqlite:///{tmp_path}/mlflow.db", artifact_location=str(tmp_path / "mlruns"))
-    owner = {"lme.host": socket.gethostname(), "lme.pid": "4000000", "lme.pid_start": "1"}  # above pid_max
-    orphans = [JobRun(settings, f"orphan {n}", {"lme.role": "job"}, owner=owner).run_id for n in range(3)]
+    settings = _settings(tmp_path)
+    orphans = [JobRun(settings, f"orphan {n}", {"lme.role": "job"}, owner=ORPHAN_OWNER).run_id for n in range(3)]
     start = time.time() + 12
     code = (
         "import sys, time\n"
