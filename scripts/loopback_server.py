@@ -68,6 +68,13 @@ earlier completed request's prompt shares with it (at least
 from 1,024 on: `prefix_cache_block=128, prefix_cache_min=1024`. The model, the
 seed and other parameters do not key the cache.
 
+Anthropic's and Google's own wire formats are answered too, so a catalogue model of either family can be
+pointed at the server (`api_base` = `server.root_url`): `POST /v1/messages` (Anthropic's Messages API, as
+litellm's `anthropic/` provider sends it) and `POST /models/MODEL:generateContent` (the Gemini API, as its
+`gemini/` provider sends it). The request is read as the equivalent chat completion (system text, then the
+turns; `max_tokens` / `generationConfig.max_output_tokens`) and the same reply, usage and faults are sent back
+in the provider's shape (a refusal as Anthropic's `stop_reason: refusal` / Gemini's `finishReason: SAFETY`).
+
 `POST /v1/embeddings` answers in OpenAI's shape with deterministic vectors made
 from each input's text (`embedding_vector`: hashed word counts, so texts sharing
 words have close vectors; `dimensions` from the request, else `embedding_dim`),
@@ -93,6 +100,7 @@ import base64
 import hashlib
 import json
 import random
+import re
 import signal
 import sys
 import threading
@@ -286,6 +294,119 @@ def embedding_vector(text: str, dim: int = 64) -> list[float]:
     return vector
 
 
+def _parts_text(parts: Any) -> str:
+    """The text of Anthropic content blocks or Gemini parts (a plain string as it is)."""
+    if isinstance(parts, str):
+        return parts
+    if isinstance(parts, Mapping):
+        parts = parts.get("parts") or []
+    if isinstance(parts, list):
+        return " ".join(str(part.get("text", "")) for part in parts if isinstance(part, Mapping))
+    return ""
+
+
+def anthropic_as_chat(body: Mapping[str, Any]) -> dict[str, Any]:
+    """An Anthropic Messages request as the equivalent chat-completions body (system first, then the turns)."""
+    messages: list[dict[str, Any]] = []
+    if body.get("system"):
+        messages.append({"role": "system", "content": _parts_text(body["system"])})
+    for message in body.get("messages") or []:
+        if isinstance(message, Mapping):
+            messages.append({"role": str(message.get("role", "user")), "content": _parts_text(message.get("content"))})
+    chat: dict[str, Any] = {"model": body.get("model", "loopback"), "messages": messages}
+    if isinstance(body.get("max_tokens"), int):
+        chat["max_tokens"] = body["max_tokens"]
+    return chat
+
+
+def gemini_as_chat(body: Mapping[str, Any], model: str) -> dict[str, Any]:
+    """A Gemini generateContent request as the equivalent chat-completions body (role `model` is the assistant)."""
+    messages: list[dict[str, Any]] = []
+    system = body.get("system_instruction") or body.get("systemInstruction")
+    if system:
+        messages.append({"role": "system", "content": _parts_text(system)})
+    for content in body.get("contents") or []:
+        if isinstance(content, Mapping):
+            role = "assistant" if content.get("role") == "model" else str(content.get("role", "user"))
+            messages.append({"role": role, "content": _parts_text(content)})
+    chat: dict[str, Any] = {"model": model, "messages": messages}
+    config = body.get("generationConfig") or body.get("generation_config") or {}
+    limit = config.get("max_output_tokens", config.get("maxOutputTokens")) if isinstance(config, Mapping) else None
+    if isinstance(limit, int):
+        chat["max_tokens"] = limit
+    return chat
+
+
+def _choice(completion: Mapping[str, Any]) -> tuple[str | None, str | None, str]:
+    """(content, refusal, finish reason) of an OpenAI-shaped completion; (None, None, "stop") with no choice."""
+    choices = completion.get("choices") or []
+    if not choices:
+        return None, None, "stop"
+    message = choices[0].get("message") or {}
+    return message.get("content"), message.get("refusal"), str(choices[0].get("finish_reason") or "stop")
+
+
+def as_anthropic(completion: Mapping[str, Any]) -> dict[str, Any]:
+    """An OpenAI-shaped completion as Anthropic's Messages reply."""
+    content, refusal, finish = _choice(completion)
+    usage = completion.get("usage") or {}
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+    stop = "refusal" if refusal else {"length": "max_tokens"}.get(finish, "end_turn")
+    return {
+        "id": f"msg_{uuid.uuid4().hex[:24]}",
+        "type": "message",
+        "role": "assistant",
+        "model": completion.get("model", "loopback"),
+        "content": [] if content is None else [{"type": "text", "text": content}],
+        "stop_reason": stop,
+        "stop_sequence": None,
+        "usage": {"input_tokens": int(usage.get("prompt_tokens", 0)) - cached, "cache_read_input_tokens": cached,
+                  "cache_creation_input_tokens": 0, "output_tokens": int(usage.get("completion_tokens", 0))},
+    }
+
+
+def as_gemini(completion: Mapping[str, Any]) -> dict[str, Any]:
+    """An OpenAI-shaped completion as the Gemini API's generateContent reply."""
+    content, refusal, finish = _choice(completion)
+    usage = completion.get("usage") or {}
+    prompt, output = int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+    reasoning = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens", 0)
+    candidates = []
+    if completion.get("choices"):
+        candidate: dict[str, Any] = {"index": 0, "finishReason": "SAFETY" if refusal else
+                                     {"length": "MAX_TOKENS"}.get(finish, "STOP")}
+        if content is not None:
+            candidate["content"] = {"role": "model", "parts": [{"text": content}]}
+        candidates.append(candidate)
+    metadata: dict[str, Any] = {"promptTokenCount": prompt, "candidatesTokenCount": output - reasoning,
+                                "totalTokenCount": prompt + output}
+    if cached:
+        metadata["cachedContentTokenCount"] = cached
+    if reasoning:
+        metadata["thoughtsTokenCount"] = reasoning
+    return {"candidates": candidates, "usageMetadata": metadata, "modelVersion": completion.get("model", "loopback"),
+            "responseId": uuid.uuid4().hex[:24]}
+
+
+_GEMINI_ROUTE = re.compile(r"/models/([^/:?]+):generateContent$")
+
+
+def _route(path: str) -> tuple[str, str | None]:
+    """The API a POST path belongs to: ("chat" | "embeddings" | "anthropic" | "gemini" | "", Gemini's model)."""
+    path = path.split("?", 1)[0].rstrip("/")
+    if path.endswith("/chat/completions"):
+        return "chat", None
+    if path.endswith("/embeddings"):
+        return "embeddings", None
+    if path.endswith("/v1/messages"):
+        return "anthropic", None
+    match = _GEMINI_ROUTE.search(path)
+    if match:
+        return "gemini", match.group(1)
+    return "", None
+
+
 def _max_output(body: Mapping[str, Any]) -> int | None:
     for name in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
         value = body.get(name)
@@ -406,6 +527,12 @@ class LoopbackServer:
     def base_url(self) -> str:
         """The OpenAI-style base URL, e.g. `http://127.0.0.1:PORT/v1`."""
         return f"http://{self.host}:{self.port}/v1"
+
+    @property
+    def root_url(self) -> str:
+        """The server's root, e.g. `http://127.0.0.1:PORT`: the `api_base` of litellm's `anthropic/` and `gemini/`
+        providers (they add `/v1/messages` and `/models/MODEL:generateContent` themselves)."""
+        return f"http://{self.host}:{self.port}"
 
     # -- scripting and inspection ----------------------------------------------------------------
 
@@ -550,8 +677,14 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if owner.latency_s > 0:
                 time.sleep(owner.latency_s)
-            embeddings = self.path.rstrip("/").endswith("/embeddings")
-            if not embeddings and not self.path.rstrip("/").endswith("/chat/completions"):
+            route, gemini_model = _route(self.path)
+            embeddings = route == "embeddings"
+            shape: Callable[[dict[str, Any]], dict[str, Any]] = _as_is
+            if route == "anthropic" and isinstance(body, dict):
+                body, shape = anthropic_as_chat(body), as_anthropic
+            elif route == "gemini" and isinstance(body, dict):
+                body, shape = gemini_as_chat(body, gemini_model or "loopback"), as_gemini
+            if not route:
                 self._send_json(404, _error_body(404, f"No route for POST {self.path}."))
                 outcome = "not_found"
             elif embeddings and (fault is None or fault.kind in _EMBEDDING_FAULTS) and isinstance(body, dict):
@@ -564,20 +697,23 @@ class _Handler(BaseHTTPRequestHandler):
                     outcome = "embedded"
             elif fault is not None:
                 outcome = f"fault:{fault.kind}"  # counted as injected, whether or not the client still listens
-                self._send_fault(fault, headers, body if isinstance(body, dict) else {})
+                self._send_fault(fault, headers, body if isinstance(body, dict) else {}, shape)
             elif not isinstance(body, dict):
                 self._send_json(400, _error_body(400, "The request body is not a JSON object."))
                 outcome = "bad_request"
             else:
-                self._send_json(200, owner._completion(body))
+                self._send_json(200, shape(owner._completion(body)))
                 outcome = "completed"
         except (BrokenPipeError, ConnectionResetError):  # the client gave up (its timeout) or was killed
             self.close_connection = True
         finally:
             owner._done(outcome)
 
-    def _send_fault(self, fault: Fault, headers: Mapping[str, str], body: dict[str, Any]) -> None:
+    def _send_fault(self, fault: Fault, headers: Mapping[str, str], body: dict[str, Any],
+                    shape: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
+        """Send `fault`; a reply it still makes (an empty or refused completion...) goes out in `shape`'s form."""
         owner = self.owner
+        shape = shape or _as_is
         if fault.kind == "disconnect":
             self.close_connection = True
             self.connection.close()
@@ -589,28 +725,28 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_raw(200, b"", "application/json")
             return
         if fault.kind == "empty_content":
-            self._send_json(200, owner._completion(body, content=""))
+            self._send_json(200, shape(owner._completion(body, content="")))
             return
         if fault.kind == "empty_choices":
             reply = owner._completion(body)
             reply["choices"] = []
-            self._send_json(200, reply)
+            self._send_json(200, shape(reply))
             return
         if fault.kind == "null_content":
             reply = owner._completion(body)
             reply["choices"][0]["message"]["content"] = None
-            self._send_json(200, reply)
+            self._send_json(200, shape(reply))
             return
         if fault.kind == "oversize":
             words = int(fault.retry_after_s) if fault.retry_after_s is not None else owner.oversize_words
-            self._send_json(200, owner._completion(body, pad_to=words))
+            self._send_json(200, shape(owner._completion(body, pad_to=words)))
             return
         if fault.kind == "refusal":
-            self._send_json(200, owner._completion(body, refusal=fault.message or REFUSAL_TEXT))
+            self._send_json(200, shape(owner._completion(body, refusal=fault.message or REFUSAL_TEXT)))
             return
         if fault.kind == "slow":
             time.sleep(fault.retry_after_s if fault.retry_after_s is not None else owner.slow_s)
-            self._send_json(200, owner._completion(body))
+            self._send_json(200, shape(owner._completion(body)))
             return
         status = int(fault.kind)
         message = fault.message
@@ -636,6 +772,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
         self.wfile.flush()
+
+
+def _as_is(completion: dict[str, Any]) -> dict[str, Any]:
+    return completion
 
 
 def _handle_error(server: Any, request: Any, client_address: Any) -> None:
