@@ -86,5 +86,8 @@ def config_errors_exit_2() -> Iterator[None]:
 
 
 def _exit_config_error(exc: BaseException) -> NoReturn:
-    print(f"lme: error: {config_error_message(exc)}", file=sys.stderr, flush=True)
+    from lme.compose import split_overrides
+
+    overrides = split_overrides(sys.argv[1:])[0]  # for "did you mean": the config they compose
+    print(f"lme: error: {config_error_message(exc, overrides)}", file=sys.stderr, flush=True)
     sys.exit(2)

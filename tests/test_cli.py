@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+import lme
 from lme.cli import compose_config, split_overrides, unknown_command
 from lme.errors import LmeError
 from lme.hydra_run import hoist_flags
@@ -59,7 +60,7 @@ def test_a_config_group_option_that_does_not_exist_lists_the_options_and_exits_2
     result = lme_process("reader=gpt6", "tracking.enabled=false", HYDRA_FULL_ERROR="1")
     assert result.returncode == 2, result.stderr
     lines = result.stderr.splitlines()
-    assert lines[0] == "lme: error: Could not find 'reader/gpt6'"
+    assert lines[0] == "lme: error: Could not find 'reader/gpt6'; did you mean reader=gpt5 or reader=gpt4o?"
     assert "Available options in 'reader':" in lines[1] and {"gpt5_mini", "offline"} <= {line.strip() for line in lines}
     assert "Traceback" not in result.stderr and "HYDRA_FULL_ERROR" not in result.stderr
     assert result.stderr.count("lme: error:") == 1 and result.stdout == ""
@@ -69,7 +70,61 @@ def test_an_unknown_key_exits_2_with_hydras_hint():
     result = lme_process("-m", "foo=1", "seed=1,2", "tracking.enabled=false")
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith("lme: error: Could not override 'foo': Key 'foo' is not in struct\n")
-    assert "+foo=1" in result.stderr and "Traceback" not in result.stderr
+    assert "+foo=1" in result.stderr and "Traceback" not in result.stderr  # nothing close: Hydra's hint alone
+
+
+def test_a_mistyped_key_gets_did_you_mean_and_exits_2(tmp_path):
+    result = lme_process("-m", "limt=3", "seed=1,2", "tracking.enabled=false", f"hydra.sweep.dir={tmp_path / 's'}",
+                         HYDRA_FULL_ERROR="1")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == ("lme: error: Could not override 'limt': Key 'limt' is not in struct; did you mean "
+                             "limit=3?\n  To add a new key limt instead: +limt=3\n")
+    assert result.stdout == "" and not (tmp_path / "s").exists()
+    # a nested key: its siblings in the config the other overrides compose (the bm25 design's memory)
+    result = lme_process("+design=bm25", "memory.top_kk=5", "tracking.enabled=false")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.splitlines()[0].endswith("; did you mean memory.top_k=5?"), result.stderr
+    assert result.stderr.count("lme: error:") == 1
+
+
+@pytest.mark.parametrize(("overrides", "suggestion"), [
+    (["limt=3"], "did you mean limit=3?"),
+    (["concurency=2"], "did you mean concurrency=2?"),
+    (["reader.modle=x"], "did you mean reader.model=x?"),
+    (["reder.model=x"], "did you mean reader.model=x?"),  # a wrong first part: the rest of the key is kept
+    (["+design=bm25", "retriever.top_kk=5"], "did you mean memory.top_k=5 or view.top_k=5?"),  # found elsewhere
+    (["+design=pipelin"], "did you mean +design=pipeline?"),
+    (["reader=offlin"], "did you mean reader=offline?"),
+    (["+design=study/12_recal"], "did you mean +design=study/12_recall?"),
+    (["+design=12_recall"], "did you mean +design=study/12_recall?"),  # a study design by its file name
+    (["+design=study/d12"], "did you mean +design=study/12_recall?"),
+])
+def test_did_you_mean_names_the_closest_keys_and_options(overrides, suggestion):
+    with pytest.raises(LmeError) as error:
+        compose_config(overrides)
+    head = str(error.value).splitlines()[0]
+    assert head.endswith("; " + suggestion), head
+
+
+def test_an_unknown_design_lists_the_study_designs_too():
+    with pytest.raises(LmeError) as error:
+        compose_config(["+design=pipelin"])
+    lines = [line.strip() for line in str(error.value).splitlines()]
+    assert lines[1] == "Available options in 'design':"
+    studies = sorted(path.stem for path in (lme.CONF_DIR / "design" / "study").glob("*.yaml"))
+    assert {"bm25", "pipeline"} <= set(lines[2:]) and {f"study/{name}" for name in studies} <= set(lines[2:])
+    with pytest.raises(LmeError) as error:  # memory/writer is a group of its own, not an option of memory
+        compose_config(["memory=retrievd"])
+    assert "memory=retrieved?" in str(error.value) and "writer/" not in str(error.value)
+
+
+def test_nothing_close_adds_no_suggestion():
+    with pytest.raises(LmeError) as error:
+        compose_config(["xyzzy=1"])
+    assert "did you mean" not in str(error.value) and "+xyzzy=1" in str(error.value)
+    with pytest.raises(LmeError) as error:
+        compose_config(["+design=zzzzzz"])
+    assert "did you mean" not in str(error.value) and "study/12_recall" in str(error.value)
 
 
 def test_help_starts_with_lmes_own_usage_then_hydras():
@@ -85,7 +140,8 @@ def test_config_error_message_keeps_the_options_and_drops_the_search_path():
     with pytest.raises(LmeError) as error:
         compose_config(["reader=gpt6"])
     message = str(error.value)
-    assert message.splitlines()[0] == "config overrides 'reader=gpt6': Could not find 'reader/gpt6'"
+    assert message.splitlines()[0] == ("config overrides 'reader=gpt6': Could not find 'reader/gpt6'; did you mean "
+                                       "reader=gpt5 or reader=gpt4o?")
     assert "    gpt5_mini" in message.splitlines() and "search path" not in message
     with pytest.raises(LmeError, match=r"override 'seed=\[1': no viable alternative"):
         compose_config(["seed=[1"])
