@@ -210,12 +210,37 @@ def test_one_override_picks_another_model_and_the_run_is_named_after_it():
         ["reader=local", "reader.model.model=hosted_vllm/qwen2.5:7b", "reader.model.api_base=http://localhost:11434/v1"]
     ), data=False)
     spec = design.reader.model.build()
-    assert (spec.model, spec.api_base, spec.api_key_env) == ("hosted_vllm/qwen2.5:7b", "http://localhost:11434/v1", None)
+    assert (spec.model, spec.api_base) == ("hosted_vllm/qwen2.5:7b", "http://localhost:11434/v1")
+    assert spec.api_key_env is None
     assert design.reader.name == "local hosted_vllm/qwen2.5:7b"
     other = design_from_config(compose_config(["reader=claude_sonnet", "reader.model.model=anthropic/claude-opus-4-7"]),
                                data=False)
     assert other.reader.name == "anthropic/claude-opus-4-7"
     assert model_prices(other.reader.model.build()) is not None  # priced from the map by the new name
+
+
+def test_a_setup_keeps_the_reader_chosen_on_the_command_line():
+    """`setup=study reader=NAME`: the study's setting around another reader, with the study's reader settings."""
+    cfg = compose_config(["setup=study", "reader=gemini_flash"])
+    assert cfg.reader.model.model == "gemini/gemini-2.5-flash"
+    assert (cfg.reader.payload, cfg.reader.model.max_attempts, cfg.judge.name) == ("study", 1, "longmemeval-study")
+    assert compose_config(["reader=claude_haiku", "setup=paper"]).reader.model.model == \
+        "anthropic/claude-haiku-4-5-20251001"
+
+
+@pytest.mark.usefixtures("warm_litellm")
+@pytest.mark.parametrize("name", ["claude_haiku", "gemini_flash"])
+def test_provider_formats_carry_faults_and_limits_too(name, test_key):
+    """On Anthropic's and Gemini's routes a 429 is retried like OpenAI's, and a reply cut at the request's maximum
+    comes back cut (Anthropic's `max_tokens`, Gemini's `MAX_TOKENS`), billed for what it used."""
+    spec = option_spec("reader", name)
+    with LoopbackServer(reply="one two three four five", faults=[("429", 0.01)]) as server:
+        sent = dataclasses.replace(pointed_at(spec, server), max_attempts=2, backoff_base_s=0.01,
+                                   params={**spec.params, "max_tokens": 3})
+        result = asyncio.run(Gateway().complete(sent, MESSAGES, seed=1))
+        assert len(server.requests) == 2 and server.counts["fault:429"] == 1
+    assert result.ok, result.error
+    assert (result.text, result.attempts, result.output_tokens) == ("one two three", 2, 3)
 
 
 def models_table() -> dict[str, tuple[str, str, str]]:
