@@ -29,7 +29,6 @@ compared.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -37,7 +36,7 @@ from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from lme import config_root
+from lme import config_root, provenance
 from lme.design import RUN_ONLY_LEAVES, RUN_ONLY_PATHS, Design, canonical_design  # noqa: F401  (also imported from here)
 from lme.errors import LmeError
 from lme.hashing import canonical_json, file_sha256, sha256_bytes, sha256_json, sha256_text  # noqa: F401
@@ -144,22 +143,12 @@ def code_version(package_dir: Path = PACKAGE_DIR, ignore: Sequence[Path | str] =
              if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"}
     files = {key.as_posix(): sha256_bytes(found[key].read_bytes()) for key in sorted(found)}
 
-    def git(*args: str) -> str | None:
-        try:
-            done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return done.stdout if done.returncode == 0 else None
-
-    commit = git("rev-parse", "HEAD")
-    status = None
-    if commit is not None:
-        top = git("rev-parse", "--show-toplevel")
-        excluded = _git_excludes(Path(top.strip()), package_dir, ignore) if top and top.strip() else []
-        status = git("status", "--porcelain", "--", ":(top)", *excluded)
+    top = provenance.git(root, "rev-parse", "--show-toplevel")
+    excluded = _git_excludes(Path(top.strip()), package_dir, ignore) if top and top.strip() else []
+    commit, dirty = provenance.git_state(root, excluded)
     return {
-        "git_commit": commit.strip() if commit else None,
-        "git_dirty": bool(status.strip()) if status is not None else None,
+        "git_commit": commit,
+        "git_dirty": dirty,
         "source_sha256": sha256_json(files),
         "files": files,
     }
@@ -188,15 +177,7 @@ def _git_excludes(top: Path, package_dir: Path, ignore: Sequence[Path | str]) ->
 
 def package_versions(names: Sequence[str] = PACKAGES) -> dict[str, str | None]:
     """Installed versions (`importlib.metadata`, nothing imported); null when not installed."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    versions: dict[str, str | None] = {}
-    for name in names:
-        try:
-            versions[name] = version(name)
-        except PackageNotFoundError:
-            versions[name] = None
-    return versions
+    return provenance.package_versions(names)
 
 
 # ---------------------------------------------------------------- the plan

@@ -270,9 +270,12 @@ class JobRun:
 
     def __init__(self, settings: TrackingSettings, run_name: str, tags: Mapping[str, str], parent_id: str | None = None,
                  owner: Mapping[str, str] | None = None):
+        from lme.provenance import code_tags
+
         self.settings = settings
         self.client = client_for(settings)
-        all_tags = dict(tags) | dict(owner or owner_tags())  # `owner`: a study's process, its helper creating the run
+        # which code made the run (git commit, versions; once per process), then the caller's tags and the owner
+        all_tags = code_tags() | dict(tags) | dict(owner or owner_tags())  # `owner`: a study's process, its helper
         if parent_id:
             all_tags["mlflow.parentRunId"] = parent_id
         experiment = experiment_id(settings)
