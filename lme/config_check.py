@@ -312,6 +312,11 @@ def data_file(what: Callable[[], str], hint: Callable[[], str] = lambda: "", opt
         if value is None and optional:
             return
         path = _path(key, value)
+        if not os.path.lexists(path):
+            from lme.data.folder import missing_in_folder
+
+            if (sentence := missing_in_folder(path)) is not None:  # the data folder's own file: where it looked
+                raise ConfigError(f"{key}: {sentence}")
         try:
             check_data_file(path, what())
         except DataError as exc:

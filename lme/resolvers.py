@@ -5,22 +5,22 @@
   after any compression suffix (`.gz`, `.xz`, `.bz2`, `.zst`): `/d/longmemeval_s_cleaned.json.xz`
   -> `longmemeval_s_cleaned`;
 - `${lme_dataset_name:PATH,DEFAULT_STEM,SHORT}`: a dataset's name as params, errors, estimates and
-  reports show it: `SHORT` (`s`, `sample`, ...) while PATH is the group's own file (its stem is
-  DEFAULT_STEM, wherever `data_dir` puts it, compressed or not), else PATH's stem, so that
+  reports show it: an official file's short name wherever it lies and however it was chosen
+  (`longmemeval_s_cleaned.json.xz` is `s` under `dataset=s` and under `dataset.path=...` alike),
+  `SHORT` while PATH is the group's own file (stem DEFAULT_STEM), else PATH's stem, so that
   `dataset.path=/x/foo.json.xz` is reported as dataset `foo`, never as the group it replaced;
+- `${lme_data_file:DATA_DIR,KEY}`: the data folder's file for KEY (`s`, `m`, `oracle`, `templates`,
+  `instructions`), in any accepted compression, in DATA_DIR or its subfolder (`lme.data.folder`);
 - `${lme_text:PATH}`: the text of a UTF-8 file, e.g. `${lme_text:instructions/pipeline/base.txt}`
   (`text_file` gives the rules: where PATH is looked for, and the one trailing newline dropped).
 """
 
 from __future__ import annotations
 
-from pathlib import Path, PurePath
+from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
-
-_COMPRESSION = (".gz", ".xz", ".bz2", ".zst")
-_FORMATS = (".json", ".jsonl")
 
 
 def _sample_path() -> str:
@@ -31,27 +31,26 @@ def _sample_path() -> str:
 
 def data_stem(path: Any) -> str:
     """The file name of `path` without `.json`/`.jsonl` and a compression suffix ("" for no path)."""
-    if path is None:
-        return ""
-    name = PurePath(str(path).strip().rstrip("/\\")).name
-    stem = name
-    for suffix in _COMPRESSION:
-        if stem.lower().endswith(suffix) and len(stem) > len(suffix):
-            stem = stem[: -len(suffix)]
-            break
-    for suffix in _FORMATS:
-        if stem.lower().endswith(suffix) and len(stem) > len(suffix):
-            stem = stem[: -len(suffix)]
-            break
-    return stem or name
+    from lme.data.folder import data_stem as stem
+
+    return stem(path)
 
 
 def dataset_name(path: Any, default_stem: Any, short: Any) -> str:
-    """`short` while `path` is the group's own file (stem `default_stem`), else the stem of `path`."""
-    stem = data_stem(path)
-    if not stem or stem == str(default_stem):
-        return str(short)
-    return stem
+    """An official file's short name wherever it lies (`s` for any `longmemeval_s_cleaned.json*`), `short` for the
+    group's own file (stem `default_stem`), else the stem of `path` (`lme.data.folder.short_name`)."""
+    from lme.data.folder import short_name
+
+    return short_name(path, default_stem, short)
+
+
+def data_file(data_dir: Any, key: Any) -> str:
+    """`${lme_data_file:${data_dir},KEY}`: the data folder's file for KEY (`s`, `m`, `oracle`, `templates`,
+    `instructions`): the first of its accepted names that exists there or in its subfolder, else where
+    `lme data fetch` puts it (`lme.data.folder.data_file`)."""
+    from lme.data.folder import data_file as located
+
+    return str(located(str(data_dir), str(key)))
 
 
 def text_file(path: Any, config_root: Path | None = None, cwd: Path | None = None) -> str:
@@ -101,6 +100,8 @@ def register() -> None:
         OmegaConf.register_new_resolver("lme_stem", data_stem)
     if not OmegaConf.has_resolver("lme_dataset_name"):
         OmegaConf.register_new_resolver("lme_dataset_name", dataset_name)
+    if not OmegaConf.has_resolver("lme_data_file"):
+        OmegaConf.register_new_resolver("lme_data_file", data_file)
     if not OmegaConf.has_resolver("lme_text"):
         OmegaConf.register_new_resolver("lme_text", _text)
 

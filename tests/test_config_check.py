@@ -257,9 +257,10 @@ def test_dataset_path_must_be_a_readable_regular_file(tmp_path: Path) -> None:
     assert refused(compose_config([f"dataset.path={folder}"])) == (
         f"dataset.path: {folder}: is a directory, not a file (dataset folder)."
     )
-    assert refused(compose_config(["dataset=s", f"data_dir={tmp_path}"])) == (
-        f"dataset.path: {tmp_path / 'longmemeval_s_cleaned.json'}: file not found (dataset s); "
-        "run `python -m lme data fetch s` or pass dataset.path=FILE."
+    assert refused(compose_config(["dataset=s", f"data_dir={tmp_path}"])) == (  # the data folder's: where it looked
+        f"dataset.path: no LongMemEval-S file in the data folder {tmp_path} (looked for longmemeval_s_cleaned.json, "
+        f".json.xz or .json.gz in {tmp_path} or {tmp_path / 'longmemeval'}); run `python -m lme data fetch s`, or set "
+        "dataset.path=FILE."
     )
 
 

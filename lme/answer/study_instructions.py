@@ -16,6 +16,7 @@ the instruction encoded as a JSON string, UTF-8, non-ASCII kept (`json.dumps(tex
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +61,11 @@ class StudyInstructions:
 
 
 def _read(path: Path) -> dict:
+    if not os.path.lexists(path):
+        from lme.data.folder import missing_in_folder
+
+        if (sentence := missing_in_folder(path)) is not None:  # the data folder's own file: where it looked
+            raise LmeError(sentence)
     if not path.is_file():
         what = "is a directory, not a file" if path.is_dir() else "does not exist"
         raise LmeError(f"{path}: the study's instructions file {what}; point instructions.source (or "

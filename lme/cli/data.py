@@ -1,6 +1,7 @@
 """`python -m lme data ...`: fetch, statistics and the dev/test split.
 
     python -m lme data fetch ...                         see `python -m lme data fetch --help`
+    python -m lme data where [--verify] [--json] [overrides]  what the data folder holds, and what it lacks
     python -m lme data stats [--json] [overrides]         statistics of the selected questions
     python -m lme data split [overrides] [--rule stratified|study] [--seed N] [--dev-size N] [--out DIR] [--check]
 
@@ -30,6 +31,8 @@ USAGE = """usage: python -m lme data COMMAND ...
 
 commands:
   fetch   download a LongMemEval file or the judge templates, verified by SHA-256
+  where   what the data folder (data_dir, LME_DATA_DIR) holds for each dataset, the judge templates and the
+          study's instructions, and the command that gets what it lacks: [--verify] [--json] [overrides]
   stats   dataset statistics of the questions a run would use: [--json] [overrides]
   split   draw the dev/test split from a file's question ids and types
           [overrides] [--rule stratified|study] [--seed N] [--dev-size N] [--out DIR] [--check]
@@ -46,11 +49,13 @@ def main(argv: Sequence[str]) -> int:
     command, rest = args[0], args[1:]
     if command == "fetch":
         return fetch_command(rest)
+    if command == "where":
+        return where_command(rest)
     if command == "stats":
         return stats_command(rest)
     if command == "split":
         return split_command(rest)
-    raise LmeError(f"unknown data command {command!r} (known: fetch, stats, split); see python -m lme data --help.")
+    raise LmeError(f"unknown data command {command!r} (known: fetch, where, stats, split); see python -m lme data --help.")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -169,6 +174,146 @@ def fetch_command(
                     progress=False if options.no_progress else None,
                 )
             emit(_describe(result))
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------
+# data where (the lookup itself is lme.data.folder)
+
+
+def _size(n: int) -> str:
+    """1234567 -> `1.2 MB` (decimal units, as `ls -h --si`)."""
+    if n < 1000:
+        return f"{n} bytes"
+    value, unit = float(n), "bytes"
+    for unit in ("KB", "MB", "GB", "TB"):
+        value /= 1000
+        if value < 1000:
+            break
+    return f"{value:.1f} {unit}"
+
+
+def _data_dir_source(overrides: Sequence[str]) -> str:
+    import os
+
+    if any(o.lstrip("+~").startswith("data_dir=") for o in overrides):
+        return "data_dir= on the command line"
+    if os.environ.get("LME_DATA_DIR"):
+        return "LME_DATA_DIR"
+    if any(o.lstrip("+~").startswith("cache_dir=") for o in overrides) or os.environ.get("LME_CACHE_DIR"):
+        return "the default, ${cache_dir}/data"
+    return "the default, ${cache_dir}/data; set data_dir= or LME_DATA_DIR"
+
+
+def survey(data_dir: Path, verify: bool = False) -> list[dict[str, Any]]:
+    """One entry per data-folder item (the datasets s, m, oracle, the bundled sample, the judge templates and the
+    study's instructions): where it was found (or `missing` with the sentence that says how to get it), its
+    size, and its check. Data files are hashed only with `verify` (S is 257 MB of JSON, M 2.6 GB: the pins are
+    of the official `.json`, so a `.json.xz` / `.json.gz` is decompressed to be hashed); the templates and the
+    instructions, a few KB each, are always verified, each template / composed step against its pinned digest."""
+    import os
+
+    from lme.data import folder
+    from lme.data.fetch import DATASETS, REPO_ID, REVISION, expected_digest, project_pins
+    from lme.data.sample import SAMPLE_PATH
+
+    entries: list[dict[str, Any]] = []
+    for key in (*folder.DATASET_KEYS, "templates", "instructions"):
+        found = folder.locate(data_dir, key)
+        entry: dict[str, Any] = {"item": key, "option": f"dataset={key}" if key in DATASETS else
+                                 {"templates": "judge templates", "instructions": "instructions=study"}[key]}
+        if found is None or not os.path.exists(found):
+            wanted = folder.ITEMS[key]
+            entry |= {"status": "missing", "path": None, "size": None,
+                      "check": f"missing (looked for {folder.looked_in(data_dir, key)}); {wanted.get}, or set "
+                               f"{wanted.setting}",
+                      "sentence": folder.missing_sentence(data_dir, key)}
+            entries.append(entry)
+            continue
+        entry |= {"status": "found", "path": str(found), "size": found.stat().st_size}
+        if key in DATASETS:
+            pin, source = expected_digest(DATASETS[key], data_dir, project_pins(), REPO_ID, REVISION)
+            entry["pin"] = pin
+            where = "lme" if source == "lme" else source
+            if not verify:
+                pinned = f"pinned in {where}" if pin else f"no pin yet: `{folder.ITEMS[key].command}` records one"
+                entry["check"] = f"SHA-256 not checked (--verify hashes it; {pinned})"
+            else:
+                digest = folder.content_sha256(found)
+                entry["sha256"] = digest
+                held = "" if found.suffix == ".json" else " of the JSON it holds"
+                if pin is None:
+                    entry["check"] = f"SHA-256{held} {digest} (no pin to compare with)"
+                elif digest == pin:
+                    entry["check"] = f"SHA-256{held} matches the pin ({where}): the official file"
+                else:
+                    entry["check"] = (f"SHA-256{held} {digest[:12]}... differs from the pin {pin[:12]}... ({where}): "
+                                      "not the official file (runs use it as it is)")
+        else:
+            entry["check"] = _verified(key, found)
+        entries.append(entry)
+    entries.insert(len(folder.DATASET_KEYS), {
+        "item": "sample", "option": "dataset=sample", "status": "bundled", "path": str(SAMPLE_PATH),
+        "size": SAMPLE_PATH.stat().st_size, "check": "bundled with lme (synthetic)"})
+    for key, variable in (("templates", "LME_JUDGE_TEMPLATES"), ("instructions", "LME_STUDY_INSTRUCTIONS")):
+        if os.environ.get(variable):
+            entry = next(e for e in entries if e["item"] == key)
+            entry["override"] = f"{variable}={os.environ[variable]} (runs read that file instead)"
+    return entries
+
+
+def _verified(key: str, path: Path) -> str:
+    from lme.errors import LmeError
+
+    try:
+        if key == "templates":
+            from lme.data.judge_templates import load_templates
+
+            return f"{len(load_templates(path))} templates, each SHA-256 matches lme's pin"
+        from lme.answer.study_instructions import STUDY_STEPS, load_study_instructions
+
+        load_study_instructions(path)
+        return f"{len(STUDY_STEPS)} steps, each composes to the study's published SHA-256"
+    except LmeError as exc:
+        return f"refused: {exc}"
+
+
+def where_command(argv: Sequence[str], out: Callable[[str], None] | None = None) -> int:
+    """`python -m lme data where [--verify] [--json] [overrides]`: what the data folder holds."""
+    from lme.compose import split_overrides
+    from lme.data import folder
+    from lme.design import compose_design
+
+    overrides, rest = split_overrides(argv)
+    parser = make_parser(
+        "python -m lme data where",
+        "What the data folder (data_dir, LME_DATA_DIR) holds for each dataset option, the judge templates and the "
+        "study's instructions file; what it lacks, with the command that gets it. No network.",
+        epilog="Each file is looked for in the folder, then in its subfolder (longmemeval/ for LongMemEval's files "
+               "and templates, oh_study/ for the study's instructions), as .json, .json.xz or .json.gz.")
+    parser.add_argument("--verify", action="store_true",
+                        help="hash the data files too (decompressing .json.xz / .json.gz) and compare with the pins; "
+                             "without it only the templates and instructions (a few KB) are checked")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
+    options = parser.parse_args(rest)
+    data_dir = compose_design(overrides).data_dir
+    entries = survey(data_dir, verify=options.verify)
+    emit = out or (lambda line: print(line, flush=True))
+    if options.json:
+        emit(json.dumps({"data_dir": str(data_dir), "absolute": str(data_dir.resolve()),
+                         "from": _data_dir_source(overrides), "items": entries}))
+        return 0
+    emit(f"data folder: {data_dir} ({_data_dir_source(overrides)})"
+         + ("" if data_dir.is_dir() else "; it does not exist yet"))
+    emit(f"  looked in: the folder, then {', '.join(sorted({i.subfolder + '/' for i in folder.ITEMS.values()}))}")
+    width = max(len(e["option"]) for e in entries)
+    for e in entries:
+        if e["status"] == "missing":
+            emit(f"  {e['option']:<{width}}  {e['check']}")
+        else:
+            emit(f"  {e['option']:<{width}}  {e['path']}  {_size(e['size'])}  {e['check']}")
+        if e.get("override"):
+            emit(f"  {'':<{width}}  {e['override']}")
     return 0
 
 

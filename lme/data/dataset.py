@@ -37,6 +37,10 @@ def load_dataset(spec: DatasetSpec) -> tuple[Path, list[Question] | StreamedQues
     """(the data file, its selected questions); one sentence naming the file for anything wrong."""
     path = spec.path
     if not os.path.lexists(path):
+        from lme.data.folder import missing_in_folder
+
+        if (sentence := missing_in_folder(path)) is not None:  # the data folder's own file: where it looked
+            raise LmeError(f"dataset {spec.name}: {sentence}")
         hint = "pass dataset.path=FILE"
         if spec.fetch:
             hint = f"run `python -m lme data fetch {spec.fetch}` or pass dataset.path=FILE"

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lme.data.folder import content_sha256, locate
 from lme.data.judge_source import extract_templates, verify_templates
 from lme.errors import LmeError, first_line
 from lme.hashing import file_sha256, sha256_text
@@ -176,7 +177,7 @@ _NETWORK_ERROR_NAMES = {
 }
 
 
-def _is_network_error(exc: BaseException) -> bool:
+def is_network_error(exc: BaseException) -> bool:
     """Whether the host could not be reached at all (checked along the cause chain, by class name so
     it holds for the httpx- and requests-based huggingface_hub versions alike)."""
     seen: set[int] = set()
@@ -253,7 +254,7 @@ def _probe(endpoint: str, repo_id: str, revision: str, filename: str) -> tuple[s
     except (RepositoryNotFoundError, RevisionNotFoundError, EntryNotFoundError) as exc:
         raise LmeError(f"{url}: not found on the hub ({type(exc).__name__}).") from None
     except Exception as exc:  # noqa: BLE001 - every failure becomes one sentence
-        if _is_network_error(exc):
+        if is_network_error(exc):
             raise LmeError(
                 f"cannot reach {endpoint} to download {filename} (no network?); download it elsewhere and "
                 f"pass dataset.path=FILE."
@@ -317,7 +318,7 @@ def _download(endpoint: str, repo_id: str, revision: str, filename: str, staging
         )
     except Exception as exc:  # noqa: BLE001
         url = _resolve_url(endpoint, repo_id, revision, filename)
-        if _is_network_error(exc):
+        if is_network_error(exc):
             raise LmeError(
                 f"the download of {filename} from {endpoint} failed (network: {first_line(exc)}); nothing was kept, "
                 f"try again or download it elsewhere and pass dataset.path=FILE."
@@ -362,19 +363,21 @@ def fetch_dataset(
 
     expected, source = expected_digest(file, data_dir, pins, repo_id, revision)
 
-    if target.exists():
-        digest = file_sha256(target)
+    present = locate(data_dir, name)  # the .json, or a .json.xz / .json.gz, here or in data_dir/longmemeval
+    if present is not None and os.path.exists(present):
+        digest = content_sha256(present)  # of the JSON it holds: the pin is the official .json's
+        held = "" if present.name == file.filename else " (the JSON it holds)"
         if expected is None:
             raise LmeError(
-                f"{target} is present but lme has no pinned SHA-256 for it; delete it and fetch again with "
+                f"{present} is present but lme has no pinned SHA-256 for it; delete it and fetch again with "
                 f"--record-digest to record the digest of the official file."
             )
         if digest != expected:
             raise LmeError(
-                f"{target} is present but has SHA-256 {digest}, expected {expected} (pinned in {source}); "
-                f"delete it and fetch again."
+                f"{present} is present but has SHA-256 {digest}{held}, expected {expected} (pinned in {source}): "
+                f"not the official file, which runs would use as it is; delete it (or move it out of {data_dir}) and fetch again."
             )
-        return FetchResult(name, target, digest, downloaded=False, digest_source=source)
+        return FetchResult(name, present, digest, downloaded=False, digest_source=source)
 
     if expected is None and not record_digest:
         raise LmeError(
@@ -466,13 +469,14 @@ def fetch_templates(
 
     data_dir = Path(data_dir).expanduser()
     target = data_dir / TEMPLATES_FILENAME
-    if target.exists():
+    present = locate(data_dir, "templates")  # data_dir/judge_templates.json, or data_dir/longmemeval/'s
+    if present is not None and present.exists():
         try:
-            load_templates(target, pins)
+            load_templates(present, pins)
         except LmeError:
-            pass  # stale or damaged: fetch again and replace it once the new one is verified
+            pass  # stale or damaged: fetch again and store a verified one at target (which is then the one found)
         else:
-            return FetchResult("templates", target, file_sha256(target), downloaded=False)
+            return FetchResult("templates", present, file_sha256(present), downloaded=False)
 
     url = templates_url(base_url, commit)
     source = _get_text(url, timeout_s)

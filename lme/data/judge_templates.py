@@ -55,6 +55,10 @@ def load_templates(path: str | Path, pinned: Mapping[str, str] = LONGMEMEVAL_TEM
     """Read a templates file (`{"templates": {key: text}}`) and verify every template's SHA-256."""
     path = Path(path)
     if not path.exists():
+        from lme.data.folder import missing_in_folder
+
+        if (sentence := missing_in_folder(path)) is not None:  # the data folder's own file: where it looked
+            raise LmeError(sentence)
         raise LmeError(
             f"{path}: judge templates file not found; fetch the LongMemEval templates or set judge.templates_path."
         )
