@@ -1,6 +1,12 @@
 """lme: evaluate the long-term memory of chat assistants on LongMemEval."""
 
+import os
 from pathlib import Path
+
+# Offline by itself: litellm fetches its model price map from GitHub on import unless told to use the copy it
+# ships, and waits on that request where there is no network. Set before anything can import litellm (every lme
+# process imports this package first); a value the user set is kept.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 __version__ = "0.1.0"
 

@@ -1,6 +1,4 @@
 """The one gateway to model providers: call cache, retries, limits, accounting."""
 
-import os
-
-# litellm must use its bundled price map, never fetch one over the network on import.
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+# litellm uses its bundled price map, never one fetched over the network on import: `lme/__init__.py` sets
+# LITELLM_LOCAL_MODEL_COST_MAP=True (unless the user set it) before anything imports litellm.

@@ -32,6 +32,7 @@ import importlib.util
 import os
 import threading
 from collections.abc import Iterable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -133,22 +134,29 @@ def load_sentence_transformer(
 ) -> tuple[Any, threading.Lock]:
     """The model at `location` on `device`, loaded once per process, with the lock that serialises its use.
 
-    A local directory is loaded with no hub access (`local_files_only`).
+    A local directory is loaded with no hub access (`local_files_only`, and the hub off for the load). A hub name
+    is loaded from the local HF cache when it is there, with no hub access either; otherwise one request asks
+    the hub first, and a model it will not serve (gated, unknown, or no hub) is one sentence at once, before
+    sentence-transformers is imported (`lme.retrieval.hub`).
     """
+    from lme.retrieval.hub import hub_off, hub_source
+
     key = (location.source, device, max_seq_length)
     with _LOADING:
         if key not in _LOADED:
             import logging
 
+            local_only = location.local or hub_source(location.source)
             from sentence_transformers import SentenceTransformer
 
             logging.getLogger("sentence_transformers").setLevel(logging.WARNING)
             try:
-                model = SentenceTransformer(
-                    location.source,
-                    device=None if device == "auto" else device,  # None: cuda, then mps, then cpu
-                    local_files_only=location.local,
-                )
+                with hub_off() if local_only else nullcontext():
+                    model = SentenceTransformer(
+                        location.source,
+                        device=None if device == "auto" else device,  # None: cuda, then mps, then cpu
+                        local_files_only=local_only,
+                    )
             except Exception as exc:  # noqa: BLE001  (hub, file and device errors all end here)
                 detail = first_line(exc)
                 raise LmeError(
