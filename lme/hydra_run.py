@@ -28,6 +28,9 @@ def main(cfg: DictConfig) -> None:
         run_job(design_from_config(cfg))
     except LmeError as exc:
         print(f"lme: error: {exc}", file=sys.stderr, flush=True)
+        from lme.multirun import note_job_error
+
+        note_job_error(str(exc))  # a multirun's parent, if any, ends FAILED with this sentence
         sys.exit(2)
 
 

@@ -132,10 +132,17 @@ class MultirunParent(_HydraCallback):
 
     def _fail_if_open(self) -> None:
         """At exit, a parent still open was left by a job that stopped the study (a cap, a failure no retry
-        can fix, Ctrl-C): it ends FAILED (KILLED when stopped on purpose) with the job's reason."""
+        can fix, Ctrl-C: its run says more), or by a job that refused to start, with no run of its own
+        (`JOB_ERRORS`): it ends FAILED (KILLED when stopped on purpose) with the job's reason."""
         if self.parent is not None:
-            status, reason = tracking.STOPPED or ("FAILED", "a job stopped the sweep before it ended")
-            self.parent.finish(status, f"{reason} (see the job's run)")
+            if tracking.STOPPED is not None:
+                status, reason = tracking.STOPPED
+                reason = f"{reason} (see the job's run)"
+            elif JOB_ERRORS:
+                status, reason = "FAILED", f"a job stopped the sweep: lme: error: {JOB_ERRORS[-1]}"
+            else:
+                status, reason = "FAILED", "a job stopped the sweep before it ended (its output says why)"
+            self.parent.finish(status, reason)
             self.parent = None
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
@@ -165,6 +172,14 @@ class MultirunParent(_HydraCallback):
             self.parent.finish(status, failure)
             self.parent = None
             os.environ.pop(PARENT_ENV, None)
+
+
+JOB_ERRORS: list[str] = []  # the `lme: error:` sentence of each job of this process that stopped on one
+
+
+def note_job_error(sentence: str) -> None:
+    """A job of this process stops on an `LmeError` (exit 2 follows): a multirun's parent ends with its sentence."""
+    JOB_ERRORS.append(sentence)
 
 
 def _design(config: Any) -> Any:

@@ -39,7 +39,7 @@ from typing import Any
 from lme import config_root, provenance
 from lme.design import RUN_ONLY_LEAVES, RUN_ONLY_PATHS, Design, canonical_design  # noqa: F401  (also imported from here)
 from lme.errors import LmeError
-from lme.hashing import canonical_json, file_sha256, sha256_bytes, sha256_json, sha256_text  # noqa: F401
+from lme.hashing import canonical_json, file_sha256, file_sha256_known, sha256_bytes, sha256_json, sha256_text  # noqa: F401
 
 FORMAT = 1
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -292,7 +292,7 @@ def build_record(
         "data": {
             "name": (canonical.get("dataset") or {}).get("name"),
             "path": str(data_path),
-            "file_sha256": file_sha256(Path(data_path)),
+            "file_sha256": file_sha256_known(Path(data_path)),  # once per process and file
             "n_questions": len(ids),
             "question_ids_sha256": sha256_json(ids),
             "question_ids": ids,
@@ -350,7 +350,8 @@ def load_record(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise LmeError(f"{path}: preregistration record not found.")
     try:
-        record = yaml.safe_load(path.read_text(encoding="utf-8"))
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, when built: ~10x the pure-Python one
+        record = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)  # noqa: S506 - a safe loader
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise LmeError(f"{path}: not a readable YAML preregistration record ({type(exc).__name__}).") from None
     if not isinstance(record, dict) or "lme_prereg" not in record or "record_sha256" not in record:
@@ -500,20 +501,39 @@ def check_run(design: Design, data_path: Path, questions: Sequence[Any]) -> dict
     record_path = design.prereg
     if not record_path:
         return tags
-    stored = load_record(record_path)
-    plan = Plan.from_dict(stored.get("plan") or {})
-    fresh = build_record(design, data_path, [q.question_id for q in questions], plan,
-                         overrides=stored.get("overrides") or [], name=stored.get("name"), record_path=record_path)
-    differences = compare(stored, fresh)
-    seed = seed_difference(design.seed, stored.get("plan") or {})
-    if seed is not None:
-        differences = sorted([*differences, seed], key=lambda d: (not d.blocking, _order_key(d.key)))
-    if any(d.blocking for d in differences):
-        raise LmeError(refusal(record_path, differences))
+    stored, differences = record_differences(design, data_path, [q.question_id for q in questions])
+    differences = with_seed(differences, design.seed, stored)
+    refuse_blocking(record_path, differences)
     for difference in differences:
         print(f"lme: prereg note (not blocking): {difference.describe()}", file=sys.stderr, flush=True)
     tags["lme.prereg_sha256"] = str(stored["record_sha256"])
     return tags
+
+
+def record_differences(design: Design, data_path: Path, question_ids: Sequence[str]
+                       ) -> tuple[dict[str, Any], list[Difference]]:
+    """The record `design.prereg` names, and every difference of this design, data file and questions from it,
+    the seed aside (`with_seed`): the same for every seed of a sweep, so computed once for them all."""
+    record_path = str(design.prereg)
+    stored = load_record(record_path)
+    plan = Plan.from_dict(stored.get("plan") or {})
+    fresh = build_record(design, data_path, list(question_ids), plan,
+                         overrides=stored.get("overrides") or [], name=stored.get("name"), record_path=record_path)
+    return stored, compare(stored, fresh)
+
+
+def with_seed(differences: Sequence[Difference], seed: int, stored: Mapping[str, Any]) -> list[Difference]:
+    """`differences`, with the run's seed when the record's plan does not list it, in the order `refusal` names them."""
+    difference = seed_difference(seed, stored.get("plan") or {})
+    if difference is None:
+        return list(differences)
+    return sorted([*differences, difference], key=lambda d: (not d.blocking, _order_key(d.key)))
+
+
+def refuse_blocking(record_path: str | Path, differences: Sequence[Difference]) -> None:
+    """`LmeError` with `refusal`'s sentence when any difference blocks the run."""
+    if any(d.blocking for d in differences):
+        raise LmeError(refusal(record_path, differences))
 
 
 # ---------------------------------------------------------------- for the report

@@ -108,17 +108,25 @@ def refuse_secret_arguments_or_exit(args: Sequence[str]) -> None:
         sys.exit(2)
 
 
+# Hydra's flags that print or inspect instead of running (`--cfg job`, `--info`, ...): the config is still
+# checked, but nothing a run needs (a key, the data file, the judge templates) is asked for.
+_NOT_A_RUN = ("--cfg", "-c", "--info", "-i", "--hydra-help", "--shell-completion", "-sc", "--version")
+
+
 def check_config_before_hydra(args: Sequence[str]) -> None:
     """The config a run (or each job of a multirun, one sweep value at a time) would compose, checked before
-    Hydra starts, which writes the overrides and the composed config into the run directory before any of
-    lme's code runs: a key anywhere in it (a design file, a user's config dir on `hydra.searchpath`) and every
-    value against its rule (`lme.config_check`). Each combination is composed once for both checks. A bad
-    value, or a step whose paragraphs describe another memory than it reads, stops with one sentence and exit 2 before any directory or MLflow run exists; a config that does
-    not compose is left to Hydra, which lists the valid options."""
+    Hydra starts, which writes the overrides and the composed config into the run directory (and, for a
+    multirun, lme's callback creates the parent MLflow run) before any job runs: a key anywhere in it (a design
+    file, a user's config dir on `hydra.searchpath`) and every value against its rule (`lme.config_check`).
+    Each combination is composed once for both checks. Then, for every combination, what its job would check
+    before its run (`lme.before_run`: models' credentials, judge templates, the data file, a preregistration
+    record), each distinct thing once. Anything wrong stops with one sentence and exit 2 before any directory
+    or MLflow run exists; a config that does not compose is left to Hydra, which lists the valid options."""
     from lme.design import design_from_config
     from lme.compose import override_combinations
     from lme.secrets import refuse_secrets
 
+    designs = []
     for overrides in override_combinations(args, every_value=True) or []:
         try:
             config = compose_config(overrides)
@@ -126,10 +134,19 @@ def check_config_before_hydra(args: Sequence[str]) -> None:
             return
         try:
             refuse_secrets(config, where="the composed config")  # before resolving: a key never reaches a message
-            design_from_config(config)  # every value against its rule, the instructions, paragraphs vs memory
+            designs.append(design_from_config(config))  # every value, the instructions, paragraphs vs memory
         except LmeError as exc:
             print(f"lme: error: {exc}", file=sys.stderr, flush=True)
             sys.exit(2)
+    if any(arg.split("=", 1)[0] in _NOT_A_RUN for arg in args):
+        return
+    from lme.before_run import check_before_run
+
+    try:
+        check_before_run(designs)
+    except LmeError as exc:
+        print(f"lme: error: {exc}", file=sys.stderr, flush=True)
+        sys.exit(2)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -253,6 +253,12 @@ def _open_binary(path: Path) -> IO[bytes]:
         raise DataError(f"{path}: cannot be read as {_kind(path)} ({exc}).") from None
 
 
+def check_top_level(path: str | Path) -> None:
+    """`_check_top_level`: the file's first bytes, read as its suffix says (a few ms, whatever the file's size);
+    what `python -m lme` checks of a data file before a run starts (`lme.before_run`)."""
+    _check_top_level(Path(path))
+
+
 def _check_top_level(path: Path) -> None:
     """Fail in one sentence unless the file's JSON is an array holding at least one value.
 

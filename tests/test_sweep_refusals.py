@@ -1,0 +1,207 @@
+"""Every refusal a run or a sweep can hit stops before anything is written (issue 35): the real CLI, in a temporary
+folder, on the bundled sample, with a temporary MLflow store named; exit 2 and one `lme: error:` sentence, no
+`multirun/` or `outputs/` folder, no MLflow store (so no run) and nothing else in the folder, in about the time a
+single run takes to refuse.
+
+Time: each refusal's CPU time (the child's user + system time, which other processes on a loaded machine do not
+inflate) is under `CPU_LIMIT_S` = 3 s, the issue's target; its wall time under `WALL_LIMIT_S` = 6 s, the margin for
+a machine busy with other work (on 2 shared cores with other test runs beside it, a 3-seed sweep's refusal took
+1.2-3.3 s wall and ~1.5 s CPU; before this check it took 14-25 s and left a FAILED parent run).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import lzma
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lme.data.sample import SAMPLE_PATH
+
+CPU_LIMIT_S = 3.0
+WALL_LIMIT_S = 6.0
+SWEEP = ["-m", "seed=1,2,3"]
+KEPT_ENV = ("LME_MLFLOW_TEMPLATES", "LME_ONNX_DIR")  # this test process's own folders (tests/conftest.py)
+
+
+def _env() -> dict[str, str]:
+    """The environment without any key or lme path setting: no model has its credentials."""
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("LME_", "OPENAI", "ANTHROPIC", "GEMINI", "AZURE")) or key in KEPT_ENV}
+    env |= {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    return env
+
+
+def lme(*args: str, cwd: Path, env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess[str], float, float]:
+    """`python -m lme ARGS` in `cwd` with a store in `cwd`: (the process, its wall seconds, its CPU seconds)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "lme", f"tracking.uri=sqlite:///{cwd}/mlflow.db", *args], cwd=cwd,
+                          env=env or _env(), capture_output=True, text=True, timeout=300)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return done, wall, cpu
+
+
+def refused(done: subprocess.CompletedProcess[str], wall: float, cpu: float, cwd: Path, kept: set[str],
+            says: str) -> None:
+    """Exit 2, one `lme: error:` line saying `says`, within the time limits, and nothing new in `cwd`."""
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert len(lines) == 1 and lines[0].startswith("lme: error: "), done.stderr[-3000:]
+    assert says in lines[0], lines[0]
+    assert "Traceback" not in done.stderr and not done.stdout.strip(), done.stdout[-2000:]
+    assert not (cwd / "mlflow.db").exists()  # no store, so no parent run and no job run
+    assert not (cwd / "multirun").exists() and not (cwd / "outputs").exists()
+    assert {path.name for path in cwd.iterdir()} == kept  # nothing else: no cache, no ledger
+    assert cpu < CPU_LIMIT_S, f"the refusal took {cpu:.2f} s of CPU"
+    assert wall < WALL_LIMIT_S, f"the refusal took {wall:.2f} s"
+
+
+def _files(folder: Path) -> dict[str, Path]:
+    """The inputs the cases point at, each wrong in one way."""
+    paths = {
+        "bad_array": folder / "questions.json",
+        "not_xz": folder / "questions.json.xz",
+        "templates": folder / "templates.json",
+        "instructions": folder / "instructions.json",
+    }
+    paths["bad_array"].write_text(json.dumps({"questions": []}), encoding="utf-8")
+    paths["not_xz"].write_text("[]", encoding="utf-8")  # plain text under an .xz name
+    paths["templates"].write_text("{}", encoding="utf-8")
+    paths["instructions"].write_text(json.dumps({"base": "Answer.", "paragraphs": {}}), encoding="utf-8")
+    return paths
+
+
+CASES = {  # id: (overrides, a part of the sentence); {dir} is the test's folder
+    "no key": (["+design=bm25", "reader=gpt5_mini"],
+               "model openai/gpt-5-mini: the environment variable OPENAI_API_KEY (its api_key_env) is not set"),
+    "a named key variable unset": (["+design=bm25", "reader=gpt5_mini", "reader.model.api_key_env=LME_NO_SUCH_KEY"],
+                                   "the environment variable LME_NO_SUCH_KEY (its api_key_env) is not set"),
+    "a memory writer's key": (["+design=pipeline", "memory=notes", "memory/writer@memory.model=gpt5_nano"],
+                              "model openai/gpt-5-nano: the environment variable OPENAI_API_KEY"),
+    "an embedding API's key": (["+design=pipeline", "retriever=semantic", "retriever.backend=litellm",
+                                "retriever.model=openai/text-embedding-3-small", "retriever.api_key_env=LME_NO_SUCH_KEY"],
+                               "embedding model semantic: environment variable LME_NO_SUCH_KEY is not set"),
+    "no data file": (["+design=bm25", "dataset.path={dir}/missing.json"], "missing.json: file not found"),
+    "data not an array": (["+design=bm25", "dataset.path={dir}/questions.json"],
+                          "questions.json: expected a JSON array of question records, found dict"),
+    "data not xz": (["+design=bm25", "dataset.path={dir}/questions.json.xz"],
+                    "questions.json.xz: cannot be read as xz-compressed UTF-8 JSON"),
+    "a split the sample lacks": (["+design=bm25", "split=dev"], "holds none of the 100 questions of split dev"),
+    "no id-list file": (["+design=bm25", "split={dir}/ids.txt"], "no such id-list file"),
+    "a question id the file lacks": (["+design=bm25", "question_ids=[q-nope]"],
+                                     "question q-nope selected in config question_ids is not in the file"),
+    "no judge templates": (["+design=bm25", "judge=longmemeval", "judge.templates_path={dir}/none.json"],
+                           "none.json: judge templates file not found"),
+    "wrong judge templates": (["+design=bm25", "judge=longmemeval", "judge.templates_path={dir}/templates.json"],
+                              "templates.json: judge templates file has no 'templates' object"),
+    "no instructions file": (["+design=pipeline", "instructions=study", "instructions.source={dir}/none.json"],
+                             "none.json: the study's instructions file does not exist"),
+    "wrong instructions": (["+design=pipeline", "instructions=study", "instructions.source={dir}/instructions.json"],
+                           "instructions.json: step first_pass: the study's paragraph 'user_log' is missing"),
+    "a bad config value": (["+design=bm25", "limit=0"], "limit: expected null or an integer >= 1, got 0."),
+    "a bad value in a later sweep value": (["+design=bm25", "concurrency=8,0"],
+                                           "concurrency: expected an integer >= 1, got 0."),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
+def test_a_3_seed_sweep_refuses_before_its_parent_run_exists(tmp_path, case):
+    _files(tmp_path)
+    kept = {path.name for path in tmp_path.iterdir()}
+    overrides, says = CASES[case]
+    done, wall, cpu = lme(*[o.format(dir=tmp_path) for o in overrides], *SWEEP, cwd=tmp_path)
+    refused(done, wall, cpu, tmp_path, kept, says.format(dir=tmp_path))
+
+
+@pytest.mark.parametrize("case", ["no key", "wrong judge templates", "a split the sample lacks"])
+def test_a_single_run_refuses_with_nothing_written(tmp_path, case):
+    _files(tmp_path)
+    kept = {path.name for path in tmp_path.iterdir()}
+    overrides, says = CASES[case]
+    done, wall, cpu = lme(*[o.format(dir=tmp_path) for o in overrides], cwd=tmp_path)
+    refused(done, wall, cpu, tmp_path, kept, says)  # Hydra's outputs/ folder is not made either
+
+
+@pytest.fixture(scope="module")
+def record(tmp_path_factory) -> Path:
+    """A preregistration record of BM25 on the sample's first four questions, seeds 1 and 2."""
+    from lme.cli.prereg import main
+
+    path = tmp_path_factory.mktemp("prereg") / "rec.yaml"
+    assert main(["freeze", "--out", str(path), "--seeds", "1,2", "+design=bm25", "limit=4"]) == 0
+    return path
+
+
+@pytest.mark.parametrize("overrides, says", [
+    (["limit=3", "-m", "seed=1,2"], "design.limit: 4 -> 3"),  # the design differs: the job's own readable diff
+    (["limit=4", "-m", "seed=1,2,3"], "seed: seed 3 is not among the planned seeds 1,2"),  # the last job's seed
+], ids=["design differs", "seed not planned"])
+def test_a_sweep_unlike_its_preregistration_refuses_before_its_parent_run_exists(tmp_path, record, overrides, says):
+    done, wall, cpu = lme("+design=bm25", f"prereg={record}", *overrides, cwd=tmp_path)
+    refused(done, wall, cpu, tmp_path, set(), says)
+    assert f"lme: error: {record}: this run differs from the preregistration, so it does not start: " in done.stderr
+    assert f"(`python -m lme prereg verify {record}` with the same overrides lists every difference)" in done.stderr
+
+
+def test_a_sweep_of_its_planned_seeds_passes_the_check(record):
+    """The check refuses what differs, not a preregistered sweep: its seeds and design pass (in-process, the
+    compared record computed once for both seeds)."""
+    from lme.before_run import BeforeRun
+    from lme.cli import compose_config
+    from lme.design import design_from_config
+
+    checks = BeforeRun()
+    for seed in (1, 2):
+        checks.check(design_from_config(compose_config(["+design=bm25", "limit=4", f"prereg={record}", f"seed={seed}"])))
+    assert len(checks.records) == 1 and len(checks.ids) == 1  # one comparison, one selection, for two seeds
+
+
+def test_inspecting_the_config_asks_for_no_key(tmp_path):
+    """`--cfg job` prints the config without a run: a missing key is not refused there."""
+    done, _, _ = lme("+design=bm25", "reader=gpt5_mini", "--cfg", "job", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "api_key_env: OPENAI_API_KEY" in done.stdout
+
+
+@pytest.mark.slow
+def test_a_job_refusing_before_its_run_gives_the_parent_its_reason(tmp_path):
+    """What only the job finds (a malformed record inside a compressed file: the check reads its first bytes)
+    stops the sweep after the parent exists; the parent ends FAILED with the job's own sentence, not a pointer
+    to a job run that was never made."""
+    records = json.loads(SAMPLE_PATH.read_text(encoding="utf-8"))
+    del records[2]["question"]
+    data = tmp_path / "broken.json.gz"
+    data.write_bytes(gzip.compress(json.dumps(records).encode("utf-8")))
+    done, _, _ = lme("+design=bm25", f"dataset.path={data}", f"cache_dir={tmp_path}/cache", *SWEEP, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr[-3000:]
+    sentence = done.stderr.strip().splitlines()[-1]
+    assert sentence.startswith("lme: error: ") and "field question" in sentence, done.stderr[-3000:]
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name("lme").experiment_id])
+    assert [run.data.tags.get("lme.role") for run in runs] == ["parent"]  # no job run was made
+    parent = runs[0]
+    assert parent.info.status == "FAILED"
+    failure = parent.data.tags["lme.failure"]
+    assert failure == f"a job stopped the sweep: {sentence}"
+    assert "see the job's run" not in failure
+
+
+def test_the_compressed_sample_passes_the_data_check(tmp_path):
+    """The first-bytes check reads a compressed file as the loader does (no false refusal)."""
+    from lme.before_run import sniff_data_file
+
+    for path, compress in ((tmp_path / "s.json.xz", lzma.compress), (tmp_path / "s.json.gz", gzip.compress)):
+        path.write_bytes(compress(SAMPLE_PATH.read_bytes()))
+        sniff_data_file(path, "sample")
