@@ -256,8 +256,8 @@ def _probe(endpoint: str, repo_id: str, revision: str, filename: str) -> tuple[s
     except Exception as exc:  # noqa: BLE001 - every failure becomes one sentence
         if is_network_error(exc):
             raise LmeError(
-                f"cannot reach {endpoint} to download {filename} (no network?); download it elsewhere and "
-                f"pass dataset.path=FILE."
+                f"cannot reach {endpoint} to download {filename} (no network?); download it elsewhere and put it "
+                f"into the data folder (as .json, .json.xz or .json.gz) or pass dataset.path=FILE."
             ) from None
         status = _http_status(exc)
         raise LmeError(f"{url}: {'HTTP ' + str(status) if status else first_line(exc)}.") from None
@@ -321,7 +321,8 @@ def _download(endpoint: str, repo_id: str, revision: str, filename: str, staging
         if is_network_error(exc):
             raise LmeError(
                 f"the download of {filename} from {endpoint} failed (network: {first_line(exc)}); nothing was kept, "
-                f"try again or download it elsewhere and pass dataset.path=FILE."
+                f"try again or download it elsewhere and put it into the data folder (as .json, .json.xz or .json.gz) "
+                f"or pass dataset.path=FILE."
             ) from None
         status = _http_status(exc)
         reason = f"HTTP {status}" if status else first_line(exc)
