@@ -237,6 +237,7 @@ class Design:
     launch: Launch = Launch()
     choices: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # group -> chosen option
     changed: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))  # key -> value unlike its file
+    description: str = ""  # the design file's leading comment (`design_description`): its MLflow runs' description
 
     # -- components, built on demand --------------------------------------------------------------
 
@@ -402,6 +403,7 @@ def _design(cfg: Any, container: dict[str, Any]) -> Design:
         launch=launch(),
         choices=frozen(choices),
         changed=frozen(changed_values(cfg, container, choices, config_roots())) if choices else MappingProxyType({}),
+        description=design_description(choices.get("design"), config_roots()) if choices.get("design") else "",
     )
 
 
@@ -449,6 +451,31 @@ def config_roots() -> list[Path]:
     except ValueError:
         pass
     return roots
+
+
+def design_description(option: str, roots: Sequence[Path]) -> str:
+    """What a design file says it is: its leading comment (`# ...` lines before the first key, Hydra's
+    `# @package` line aside), each paragraph's lines joined; '' when the file has none or is not found.
+    It is the MLflow description (`mlflow.note.content`) of the design's runs, never part of the design."""
+    for root in roots:
+        path = Path(root) / "design" / f"{option}.yaml"
+        if not path.is_file():
+            continue
+        paragraphs: list[list[str]] = [[]]
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if not line.startswith("#"):
+                break
+            text = line.lstrip("#")
+            if text.strip().startswith("@package"):
+                continue
+            if text.startswith("   ") and text.strip():  # an indented line (a command): a paragraph of its own
+                paragraphs += [[f"`{text.strip()}`"], []]
+            elif text.strip():
+                paragraphs[-1].append(text.strip())
+            else:
+                paragraphs.append([])
+        return "\n\n".join(" ".join(lines) for lines in paragraphs if lines)
+    return ""
 
 
 def changed_values(cfg: Any, container: Mapping[str, Any], choices: Mapping[str, str],

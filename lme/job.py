@@ -35,7 +35,8 @@ from lme.models.litellm_loader import import_litellm, warm_call_path
 from lme.prereg import check_run
 from lme.resume import budget_stop_message, interrupted_message, systemic_stop_message
 from lme.run import FIRST_PASS, Journal, Outcome, error_class, run_questions
-from lme.tracking import OUTCOMES_ARTIFACT, PARENT_ENV, DataInput, note_stop, open_run
+from lme.tracking import (OUTCOMES_ARTIFACT, PARENT_ENV, DataInput, job_run_name, note_stop, open_run, run_stamp,
+                          ui_hint)
 
 
 def open_ledger(design: Design, job: str) -> Ledger:
@@ -261,8 +262,8 @@ def _run_job(design: Design) -> dict[str, float]:
         if design.tracking.enabled:
             parent = os.environ.get(PARENT_ENV)
             tracker = open_run(  # held by the helper (lme.helper): this process never imports MLflow
-                design.tracking,
-                run_name=f"{name}-{dataset_name}-seed{seed}",
+                design.tracking,  # named with its outputs' folder (a sweep's: the sweep's), telling two sweeps apart
+                run_name=job_run_name(name, dataset_name, seed, run_stamp(out_dir.parent if parent else out_dir)),
                 tags={
                     "lme.role": "job",
                     "lme.design": name,
@@ -271,6 +272,7 @@ def _run_job(design: Design) -> dict[str, float]:
                     "lme.judge": judge.name,
                     "lme.judge_official": str(judge.official).lower(),
                     "lme.reader": reader.name,
+                    **({"mlflow.note.content": design.description} if design.description else {}),
                     **prereg_tags,
                 },
                 parent_id=parent,
@@ -283,6 +285,7 @@ def _run_job(design: Design) -> dict[str, float]:
             tracker.log_text(design.config_yaml, "config.yaml")
             for step, text in design.instructions.texts.items():
                 tracker.log_text(text + "\n", f"instructions/{step}.txt")
+            tracker.register_instructions(name, design.instructions.texts)  # MLflow's Prompt Registry, not waited for
             ids = question_ids_of(questions)
             tracker.log_text("".join(f"{qid}\n" for qid in ids), "question_ids.txt")
             tracker.log_dataset(DataInput(dataset_name, data_path, params["dataset.sha256"], len(ids), sha256_json(ids)))
@@ -357,6 +360,9 @@ def _run_job(design: Design) -> dict[str, float]:
         note_stop(status, failure or "stopped")  # a multirun parent ends with the job's reason
         raise SystemExit(stop[0])
     print_summary(name, seed, judge.name, judge.official, metrics, out_dir, tracker.run_id if tracker else None)
+    if tracker is not None and not os.environ.get(PARENT_ENV):  # a sweep's parent prints it once, at the end
+        print(f"MLflow: {ui_hint(design.tracking, tracker.experiment_id)} (design, dataset, seed, accuracy per run)",
+              flush=True)
     if failure:
         INCOMPLETE_JOBS.append(f"design {name}, seed {seed}: {failure}")
         print(f"lme: {failure}; rerun the same command with hydra.run.dir={out_dir} to ask for exactly those "

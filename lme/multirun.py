@@ -29,6 +29,8 @@ from lme.tracking import (
     RemoteRun,
     TrackingSettings,
     open_run,
+    parent_run_name,
+    run_stamp,
     study_call,
 )
 
@@ -111,10 +113,11 @@ class MultirunParent(_HydraCallback):
             dataset = str(config.dataset.name) if not _sweeps(overrides, "dataset") else "datasets"
             design = str(config.design_name) if not _sweeps(overrides, "+design", "design") else "designs"
             self.parent = open_run(  # held by the helper (lme.helper): this process never imports MLflow
-                self.settings,
-                run_name=f"{design}-{dataset}-multirun",
+                self.settings,  # named with the sweep's folder, as its jobs are (two sweeps told apart)
+                run_name=parent_run_name(design, dataset, run_stamp(str(config.hydra.sweep.dir))),
                 tags={"lme.role": "parent", "lme.design": str(config.design_name), "lme.dataset": dataset,
-                      "lme.overrides": " ".join(overrides)},
+                      "lme.overrides": " ".join(overrides),
+                      "mlflow.note.content": sweep_description(config, overrides, design == "designs")},
             )
             self.parent.log_params({"sweep.overrides": " ".join(overrides)[:MAX_PARAM_CHARS]})
             os.environ[PARENT_ENV] = self.parent.run_id  # jobs in this process (the basic launcher)
@@ -194,6 +197,19 @@ def _design(config: Any) -> Any:
         return None
 
 
+def sweep_description(config: Any, overrides: list[str], several_designs: bool) -> str:
+    """The parent run's description: its design file's (`lme.design.design_description`; none for a sweep over
+    designs), then the sweep's overrides."""
+    from lme.design import config_roots, design_description
+
+    text = ""
+    choice = (config.hydra.runtime.get("choices") or {}).get("design") if "runtime" in config.hydra else None
+    if choice and not several_designs:
+        text = design_description(str(choice), config_roots())
+    sweep = f"Sweep: `{' '.join(overrides)}`"
+    return f"{text}\n\n{sweep}" if text else sweep
+
+
 def _sweeps(overrides: list[str], *keys: str) -> bool:
     """Whether the sweep's overrides give the jobs several values of a key starting with one of `keys`."""
     for override in overrides:
@@ -226,8 +242,6 @@ def multirun_summary(metrics: Mapping[str, float], summary: Mapping[str, Any], p
     failed = int(metrics.get("n_failed_runs", 0))
     if failed or not designs:
         lines.append(f"multirun: {failed} job(s) failed or are incomplete; they are left out of the measures above")
-    uri = settings.uri
-    where = "" if uri.startswith(("http://", "https://")) else f"mlflow ui --backend-store-uri {uri}, then "
-    lines.append(f"MLflow parent run {parent_id}; to compare: {where}open "
-                 f"{tracking.runs_view_url(settings, experiment_id)} (design, dataset, seed, accuracy per run)")
+    lines.append(f"MLflow parent run {parent_id}; to compare: {tracking.ui_hint(settings, experiment_id)} "
+                 "(design, dataset, seed, accuracy per run)")
     return "\n".join(lines)

@@ -1,6 +1,7 @@
 """Which MLflow runs a report covers, and their outcome rows.
 
-A report names designs (`bm25`), parent runs by id or by name (`bm25-multirun`), or single job
+A report names designs (`bm25`), parent runs by id or by name (`bm25-sample-multirun-<time>`, or without
+the time for the latest of that name), or single job
 runs by id (a unique prefix of a run id will do; an ambiguous one is an error naming the runs it
 could be); with no name it takes, for every design in the experiment, the latest parent run
 that has jobs of that design (a design that never ran as a multirun: its latest lone job), and
@@ -30,7 +31,7 @@ from typing import Any
 from lme.errors import LmeError
 from lme.hashing import sha256_text
 from lme.report import DesignRuns, JobOutcomes
-from lme.tracking import TrackingSettings
+from lme.tracking import TrackingSettings, names_parent
 
 PARENT, JOB = "parent", "job"
 
@@ -238,7 +239,7 @@ def choose_sources(
                 raise LmeError(f"job run {run.name} ({run.run_id}) is {run.status}, not finished.")
             selections.append(Selection(run.design, run, (run,)))
             continue
-        named = [p for p in parents if p.name == name]
+        named = [p for p in parents if names_parent(name, p.name)]  # its name, with or without its stamp
         if named:  # the latest of that name, preferring one with a finished job
             done = [p for p in named if any(c.status == "FINISHED" for c in children[p.run_id])]
             selections += of_parent((done or named)[-1])

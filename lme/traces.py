@@ -54,6 +54,7 @@ from lme.helper import HelperError, answer, helper, read_frame, yield_cpu
 from lme.judge import Judge, build_judge_prompt
 from lme.run import Outcome, QuestionRecord
 from lme.sqlite import connect
+from lme.provenance import code_tags
 from lme.tracking import TrackingSettings, client_for, experiment_id, import_store_modules, serve_run
 
 TOP_TURNS = 20  # turn ids (and scores) named on a memory or retrieval span
@@ -254,8 +255,14 @@ def helper_main() -> None:
         elif kind == "warm":  # the study is starting up: import what its runs and first traces need
             try:
                 import_store_modules(value)
+                code_tags()  # git and package versions, once: every run's tags
             except Exception:  # noqa: BLE001 - the first call that needs the store says what is wrong
                 pass
+        elif kind == "later":  # a run request the study does not wait for (lme.tracking.RemoteRun.later)
+            try:
+                serve_run(runs, value)
+            except Exception as exc:  # noqa: BLE001 - a record of the run, never a reason to stop it
+                print(f"lme: warning: MLflow: {type(exc).__name__}: {first_line(exc)}", file=sys.stderr, flush=True)
         elif kind == "call":
             number, asked, payload = value
             if asked == "close":  # the job's traces: those still pending written first

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import tempfile
 import time
 from collections import defaultdict
@@ -190,10 +191,53 @@ def runs_view_state() -> dict[str, Any]:
             "selectedColumns": list(RUNS_VIEW_COLUMNS), "columnOrder": ["attributes.`Run Name`", *RUNS_VIEW_COLUMNS]}
 
 
-def runs_view_url(settings: TrackingSettings, experiment: str) -> str:
-    """Where lme's runs-table view opens: on the tracking server, or on `mlflow ui`'s default address."""
-    base = settings.uri.rstrip("/") if settings.uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"
-    return f"{base}/#/experiments/{experiment}/runs?viewStateShareKey={RUNS_VIEW_KEY}"
+UI_HOST, UI_PORT = "127.0.0.1", 5000  # where `python -m lme ui` serves MLflow's UI by default
+
+
+def is_server(settings: TrackingSettings) -> bool:
+    """Whether the store is a tracking server (`http(s)://`), which serves its own UI."""
+    return settings.uri.startswith(("http://", "https://"))
+
+
+def runs_view_url(settings: TrackingSettings, experiment: str, base: str | None = None) -> str:
+    """Where lme's runs-table view opens: on the tracking server, on `base`, or on `python -m lme ui`'s default
+    address."""
+    if base is None:
+        base = settings.uri if is_server(settings) else f"http://{UI_HOST}:{UI_PORT}"
+    return f"{base.rstrip('/')}/#/experiments/{experiment}/runs?viewStateShareKey={RUNS_VIEW_KEY}"
+
+
+def ui_hint(settings: TrackingSettings, experiment: str) -> str:
+    """How to look at a study's runs: `python -m lme ui` (naming the store unless it is the default one), then
+    the address of lme's runs view; on a tracking server, the address alone."""
+    url = runs_view_url(settings, experiment)
+    if is_server(settings):
+        return f"open {url}"
+    store = "" if settings.uri == TrackingSettings.uri else f" tracking.uri={settings.uri}"
+    return f"python -m lme ui{store}, then open {url}"
+
+
+def run_stamp(folder: str | Path) -> str:
+    """What tells two runs (or two sweeps) of one design apart in their names: the name of the folder that holds
+    their outputs (Hydra's start time, `2026-12-07_02-15-34`), so that a run and its folder name each other."""
+    return Path(folder).absolute().name or time.strftime("%Y-%m-%d_%H-%M-%S")
+
+
+def job_run_name(design: str, dataset: str, seed: Any, stamp: str) -> str:
+    return f"{design}-{dataset}-seed{seed}-{stamp}"
+
+
+MULTIRUN = "multirun"
+
+
+def parent_run_name(design: str, dataset: str, stamp: str) -> str:
+    return f"{design}-{dataset}-{MULTIRUN}-{stamp}"
+
+
+def names_parent(name: str, run_name: str) -> bool:
+    """Whether `name` names the parent run `run_name`: its whole name, or the name without its stamp
+    (`bm25-sample-multirun` for every `bm25-sample-multirun-<time>`)."""
+    return name == run_name or (name.endswith("-" + MULTIRUN) and run_name.startswith(name + "-"))
 
 
 def _runs_view_value() -> str:
@@ -251,6 +295,23 @@ def experiment_id(settings: TrackingSettings) -> str:
 _VIEW_SET: set[tuple[str, str]] = set()  # (store, experiment) this process has given lme's runs view
 
 
+# MLflow's compare page opens on a parallel-coordinates plot: the first three params that differ between the runs
+# (alphabetically: `choice.*` first) coloured by the first metric they share, in the order the store returns a
+# run's metrics, which is the order they were first logged. A run logs these first, so that plot is of accuracy.
+LEADING_METRICS = ("accuracy", "task_averaged_accuracy", "mean_accuracy", "majority_correct_accuracy",
+                   "majority_correct_count")
+
+
+def leading_first(metrics: Mapping[str, float]) -> dict[str, float]:
+    """`metrics` with `LEADING_METRICS` first, in that order (a design's too: `bm25/mean_accuracy`), then the rest
+    as given."""
+    def rank(item: tuple[int, tuple[str, float]]) -> tuple[int, int]:
+        name = item[1][0].rsplit("/", 1)[-1]
+        return (LEADING_METRICS.index(name) if name in LEADING_METRICS else len(LEADING_METRICS), item[0])
+
+    return dict(item for _, item in sorted(enumerate(metrics.items()), key=rank))
+
+
 DATASET_DIGEST_CHARS = 12  # the Dataset column's digest: the file's SHA-256, shortened (the profile holds all of it)
 
 
@@ -295,7 +356,7 @@ class JobRun:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        items = [Metric(key, float(value), now, 0) for key, value in metrics.items() if value == value]
+        items = [Metric(key, float(value), now, 0) for key, value in leading_first(metrics).items() if value == value]
         for start in range(0, len(items), 500):
             self.client.log_batch(self.run_id, metrics=items[start : start + 500])
 
@@ -356,6 +417,11 @@ class JobRun:
         self.client.log_table(self.run_id, {column: [row.get(column) for row in rows] for column in columns},
                               artifact_file)
 
+    def register_instructions(self, design: str, texts: Mapping[str, str]) -> dict[str, str]:
+        """Each step's instruction as a version of the prompt `lme-<design>-<step>` in MLflow's Prompt Registry,
+        linked to this run (`register_instructions`); step -> `prompts:/name/version`."""
+        return register_instructions(self.settings, self.client, self.run_id, self.experiment_id, design, texts)
+
     def finish(self, status: str = "FINISHED", failure: str | None = None) -> None:
         """End the run; `failure` (why it failed or stopped) goes into the tag `lme.failure`."""
         if failure:
@@ -402,6 +468,11 @@ class RemoteRun:
     def log_table(self, rows: Sequence[Mapping[str, Any]], artifact_file: str) -> None:
         self._method("log_table", [dict(row) for row in rows], artifact_file)
 
+    def register_instructions(self, design: str, texts: Mapping[str, str]) -> None:
+        """Carried out by the helper while the job goes on (about 0.1 s a step on a SQLite store): a failure is
+        one warning on stderr, never a reason to stop the job; the run's `finish` comes after it."""
+        self._helper.send(("later", ("method", self.run_id, "register_instructions", (design, dict(texts)))))
+
     def finish(self, status: str = "FINISHED", failure: str | None = None) -> None:
         self._method("finish", status, failure)
 
@@ -420,7 +491,7 @@ def study_call(name: str, *args: Any) -> Any:
 
 
 _RUN_METHODS = frozenset({"log_params", "log_metrics", "log_artifact", "log_text", "log_dataset",
-                          "adopt_children_dataset", "log_table", "finish"})
+                          "adopt_children_dataset", "log_table", "register_instructions", "finish"})
 
 
 def serve_run(runs: dict[str, JobRun], request: tuple[Any, ...]) -> Any:
@@ -448,6 +519,129 @@ def serve_run(runs: dict[str, JobRun], request: tuple[Any, ...]) -> Any:
             raise ValueError(f"no study function {name!r}")
         return functions[name](*args)
     raise ValueError(f"no run request {kind!r}")
+
+# MLflow's Prompt Registry: each step's composed instruction is a version of the prompt `lme-<design>-<step>`, one
+# version per distinct text (found by its digest), linked both ways to the runs that read it.
+PROMPT_DIGEST_TAG = "lme.sha256"  # on a prompt version: its text's SHA-256
+PROMPT_RUNS_TAG = "mlflow.prompt.run_ids"  # on a prompt version: the runs that read it (MLflow's prompt page lists them)
+LINKED_PROMPTS_TAG = "mlflow.linkedPrompts"  # on a run: the prompt versions it read (MLflow's run page lists them)
+PROMPT_EXPERIMENTS_TAG = "_mlflow_experiment_ids"  # on a prompt: ",1,4,", the experiments whose Prompts tab lists it
+_REGISTRY_ATTEMPTS = 5
+_MAX_RUN_IDS_CHARS = 100_000  # MLflow's limit on a registry tag's value
+
+
+def prompt_name(design: str, step: str) -> str:
+    """The prompt holding a design's step instruction, in MLflow's prompt-name alphabet (letters, digits, `_.-`)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", ".", f"lme-{design}-{step}")
+
+
+def register_instructions(settings: TrackingSettings, client: Any, run_id: str, experiment_id: str, design: str,
+                          texts: Mapping[str, str]) -> dict[str, str]:
+    """Register each step's instruction (`texts`: step -> text) as a prompt version and link it to the run; returns
+    step -> `prompts:/<name>/<version>`.
+
+    A version is looked up by its text's digest (the tag `lme.sha256`) before one is made, so a text gets one
+    version however many runs read it, and a changed text a new one. Jobs of a sweep register the same texts at
+    once: on a SQLite store they take turns (a file lock); on a tracking server, two that both found no version
+    may both make one, and both then keep the lower-numbered (the other is deleted), and a write that lost an
+    insert race to another job's is retried after reading again. The run's own tag `mlflow.linkedPrompts` lists
+    its versions; each version's `mlflow.prompt.run_ids` lists its runs; the prompt names the experiment, so the
+    experiment's Prompts tab shows it."""
+    linked: dict[str, tuple[str, int]] = {}
+    with _registry_lock(settings):
+        for step, text in texts.items():
+            name = prompt_name(design, step)
+            version = _retrying(lambda: _prompt_version(client, name, text, design, step, experiment_id))
+            _retrying(lambda: _add_run_to_version(client, name, version, run_id))
+            linked[step] = (name, version)
+    current = client.get_run(run_id).data.tags.get(LINKED_PROMPTS_TAG)
+    entries = json.loads(current) if current else []
+    for name, version in linked.values():
+        entry = {"name": name, "version": str(version)}
+        if entry not in entries:
+            entries.append(entry)
+    if entries:
+        client.set_tag(run_id, LINKED_PROMPTS_TAG, json.dumps(entries))
+    return {step: f"prompts:/{name}/{version}" for step, (name, version) in linked.items()}
+
+
+def _retrying(write: Any) -> Any:
+    """`write()`, again after a short wait when it lost an insert race to another writer (anything else raises)."""
+    from mlflow.exceptions import MlflowException
+
+    for attempt in range(_REGISTRY_ATTEMPTS):
+        try:
+            return write()
+        except MlflowException as error:
+            raced = lost_an_insert_race(error) or error.error_code == "RESOURCE_ALREADY_EXISTS"
+            if not raced or attempt == _REGISTRY_ATTEMPTS - 1:
+                raise
+            time.sleep(0.05 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def _prompt_version(client: Any, name: str, text: str, design: str, step: str, experiment_id: str) -> int:
+    """The version of prompt `name` holding `text` (made, with the prompt, when there is none)."""
+    digest = sha256_text(text)
+    prompt = client.get_prompt(name)
+    if prompt is None:
+        client.create_prompt(name, description=f"lme design {design}: the instruction of step {step}",
+                             tags={PROMPT_EXPERIMENTS_TAG: f",{experiment_id},", "lme.design": design, "lme.step": step})
+    else:
+        ids = [part for part in (prompt.tags.get(PROMPT_EXPERIMENTS_TAG) or "").split(",") if part]
+        if experiment_id not in ids:
+            client.set_prompt_tag(name, PROMPT_EXPERIMENTS_TAG, "," + ",".join([*ids, experiment_id]) + ",")
+    found = _versions_holding(client, name, digest)
+    if found:
+        return min(found)
+    created = int(client.create_prompt_version(
+        name, text, description=f"sha256 {digest[:12]}", tags={PROMPT_DIGEST_TAG: digest, "lme.design": design,
+                                                               "lme.step": step}).version)
+    keep = min(_versions_holding(client, name, digest) or [created])
+    if keep != created:  # another job made a version of this text at the same time: its is kept
+        client.delete_prompt_version(name, str(created))
+    return keep
+
+
+def _versions_holding(client: Any, name: str, digest: str) -> list[int]:
+    """The versions of prompt `name` whose text has SHA-256 `digest`."""
+    versions: list[int] = []
+    token = None
+    while True:
+        page = client.search_prompt_versions(name, max_results=1000, page_token=token)
+        versions += [int(v.version) for v in page if (v.tags or {}).get(PROMPT_DIGEST_TAG) == digest]
+        token = getattr(page, "token", None)
+        if not token:
+            return versions
+
+
+def _add_run_to_version(client: Any, name: str, version: int, run_id: str) -> None:
+    """Add `run_id` to the version's list of runs (unless the list is at MLflow's length limit)."""
+    current = (client.get_prompt_version(name, version).tags or {}).get(PROMPT_RUNS_TAG) or ""
+    ids = [part for part in current.split(",") if part]
+    value = ",".join([*ids, run_id])
+    if run_id not in ids and len(value) <= _MAX_RUN_IDS_CHARS:
+        client.set_prompt_version_tag(name, version, PROMPT_RUNS_TAG, value)
+
+
+@contextlib.contextmanager
+def _registry_lock(settings: TrackingSettings):
+    """On a SQLite store, one process at a time registers prompts (an exclusive lock on a file beside the store's, in
+    the temporary directory); a tracking server's clients need none (`register_instructions` says why)."""
+    path = sqlite_path(settings.uri)
+    if path is None:
+        yield
+        return
+    import fcntl
+
+    digest = sha256_text(str(Path(path).absolute()))[:16]
+    with open(Path(tempfile.gettempdir()) / f"lme-mlflow-prompts-{digest}.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
 
 FAILURE_TAG = "lme.failure"
 _OWNER_TAGS = ("lme.host", "lme.pid", "lme.pid_start")

@@ -304,8 +304,9 @@ def test_a_sweep_logged_to_a_tracking_server_reads_as_a_lab_notebook(tracking_se
     experiment = client.get_experiment_by_name("notebook").experiment_id
     runs = client.search_runs([experiment])
     jobs = [run for run in runs if run.data.tags.get("lme.role") == "job"]
-    assert sorted(run.info.run_name for run in jobs) == [
-        "bm25-sample-seed1", "bm25-sample-seed2", "first_pass-sample-seed1", "first_pass-sample-seed2"]
+    (sweep,) = [p for p in (launch / "multirun").glob("*/*") if p.is_dir()]  # named by the sweep's folder
+    assert sorted(run.info.run_name for run in jobs) == [f"{name}-{sweep.name}" for name in (
+        "bm25-sample-seed1", "bm25-sample-seed2", "first_pass-sample-seed1", "first_pass-sample-seed2")]
     for job in jobs:
         assert len(job.data.params) < 60, sorted(job.data.params)
         (data,) = job.inputs.dataset_inputs

@@ -46,7 +46,8 @@ def _table(client, run_id: str, path: str, where: Path) -> list[dict]:
 
 def test_a_jobs_params_are_the_values_that_define_its_design(study):
     client, _, jobs, _, _ = study
-    assert [job.info.run_name for job in jobs] == ["bm25-sample-seed1", "bm25-sample-seed2"]
+    (sweep,) = [p for p in (study[4] / "multirun").glob("*/*") if p.is_dir()]
+    assert [job.info.run_name for job in jobs] == [f"bm25-sample-seed1-{sweep.name}", f"bm25-sample-seed2-{sweep.name}"]
     for job in jobs:
         params = job.data.params
         assert len(params) < 60, sorted(params)
@@ -117,3 +118,55 @@ def test_the_runs_table_view_shows_design_dataset_seed_and_accuracy(study):
     assert "metrics.`mean_accuracy`" in selected and "mean_accuracy" in parent.data.metrics
     stdout = (where / "stdout.txt").read_text(encoding="utf-8")
     assert f"/#/experiments/{experiment}/runs?viewStateShareKey=lme" in stdout
+    assert f"python -m lme ui tracking.uri=sqlite:///{where}/mlflow.db, then open http://127.0.0.1:5000/#/" in stdout
+
+
+def test_two_sweeps_of_a_design_are_told_apart_by_their_folder_in_every_run_name(study):
+    """Runs are named `<design>-<dataset>-seed<N>-<sweep folder>` and the parent `...-multirun-<sweep folder>`: a
+    second sweep of the design has other names, and each run names the folder holding its outputs."""
+    _, _, jobs, parent, where = study
+    (sweep,) = [p for p in (where / "multirun" / "bm25").iterdir() if p.is_dir()]
+    assert parent.info.run_name == f"bm25-sample-multirun-{sweep.name}"
+    for job in jobs:
+        assert job.info.run_name.endswith("-" + sweep.name)
+
+
+def test_runs_are_described_by_their_design_file(study):
+    from lme import CONF_DIR
+    from lme.design import design_description
+
+    _, _, jobs, parent, _ = study
+    described = design_description("bm25", [CONF_DIR])
+    assert described.startswith("Retrieval baseline: BM25")  # the file's leading comment
+    for job in jobs:
+        assert job.data.tags["mlflow.note.content"] == described
+    assert parent.data.tags["mlflow.note.content"].startswith(described + "\n\nSweep: `")
+
+
+def test_every_run_says_which_code_made_it(study):
+    """Jobs and the parent carry the checkout's commit and dirty flag (when lme runs from a git checkout) and the
+    versions of lme, Python and the packages a result depends on."""
+    import platform
+    from importlib.metadata import version
+
+    _, _, jobs, parent, _ = study
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    for run in [*jobs, parent]:
+        tags = run.data.tags
+        if head.returncode == 0:
+            assert tags["mlflow.source.git.commit"] == head.stdout.strip()
+            assert tags["lme.git.dirty"] in ("true", "false")
+            assert head.stdout.strip()[:10] in tags["mlflow.source.name"]
+        assert tags["lme.version.python"] == platform.python_version()
+        for package in ("mlflow", "litellm", "hydra-core", "sentence-transformers", "torch"):
+            assert tags[f"lme.version.{package}"] == version(package)
+        assert tags["lme.version.lme"] == version("lme")
+
+
+def test_a_run_lists_accuracy_first_so_that_compare_opens_on_it(study):
+    """MLflow's compare page colours its first plot by the first metric the runs share, in the order they were logged
+    (it opened on the constant n_questions); jobs log accuracy first, the parent its mean of runs."""
+    client, _, jobs, parent, _ = study
+    for job in jobs:
+        assert list(client.get_run(job.info.run_id).data.metrics)[:2] == ["accuracy", "task_averaged_accuracy"]
+    assert list(client.get_run(parent.info.run_id).data.metrics)[0] == "mean_accuracy"

@@ -37,6 +37,7 @@ register("prereg", "lme.cli.prereg", "main", "freeze a composed design into a pr
 register("audit", "lme.cli.audit", "main", "scan instruction, paragraph, rule and example texts for reference answers")
 register("estimate", "lme.cli.estimate", "main", "expected calls and dollars per design and seed, before any model call")
 register("runs", "lme.cli.runs", "main", "mark MLflow runs left RUNNING by a killed process as KILLED (runs repair)")
+register("ui", "lme.cli.ui", "main", "MLflow's UI on the study's store, opening on lme's runs view (accuracy, design, seed)")
 register("embed", "lme.cli.embed", "main", "fill the embedding cache ahead of a study: every turn and question the retriever will embed")
 register("cache", "lme.cli.cache", "main", "merge call caches (cache merge); export and import embedding vectors (cache export|import FILE)")
 register("cost", "lme.cli.cost", "main", "a study's total spend from its job folders and ledger: per design and in all, paid vs from cache")

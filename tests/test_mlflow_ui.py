@@ -1,0 +1,119 @@
+"""`python -m lme ui`: MLflow's UI on the study's store, offline, opening on lme's runs view; Ctrl-C stops it. Against a
+real store in tmp_path holding a finished offline run, with a real `mlflow server` on a free loopback port."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+START_LIMIT_S = 15.0  # issue 35: the runs view with metric columns within 15 s, offline
+
+
+def _env() -> dict[str, str]:
+    """No key, no lme settings from the outside; offline: no proxy that could reach anything."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LME_", "OPENAI", "LITELLM_", "MLFLOW_"))}
+    return env | {"PYTHONPATH": str(ROOT), "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9"}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """A store holding one finished offline run, whose experiment has lost lme's runs view (an older store): the UI
+    must give it back."""
+    from mlflow.tracking import MlflowClient
+
+    from lme.tracking import RUNS_VIEW_TAG
+
+    where = tmp_path_factory.mktemp("ui")
+    uri = f"sqlite:///{where}/mlflow.db"
+    done = subprocess.run([sys.executable, "-m", "lme", f"tracking.uri={uri}", f"tracking.artifact_location={where}/mlruns",
+                           f"cache_dir={where}/cache", "limit=2", "progress=false"],
+                          cwd=where, env=_env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"MLflow: python -m lme ui tracking.uri={uri}, then open http://127.0.0.1:5000/#/experiments/" in done.stdout
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("lme").experiment_id
+    client.delete_experiment_tag(experiment, RUNS_VIEW_TAG)
+    return where, uri, experiment
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        return reply.status, reply.read()
+
+
+@pytest.mark.slow
+def test_the_ui_serves_the_runs_view_with_metric_columns_within_15_s_offline(store):
+    where, uri, experiment = store
+    port = _free_port()
+    started = time.monotonic()
+    ui = subprocess.Popen([sys.executable, "-m", "lme", "ui", "--port", str(port), f"tracking.uri={uri}"],
+                          cwd=where, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = ui.stdout.readline()
+        match = re.search(r"open (http://127\.0\.0\.1:(\d+))/#/experiments/(\d+)/runs\?viewStateShareKey=lme", line)
+        assert match, (line, ui.stderr.read() if ui.poll() is not None else "")
+        base, experiment_id = match.group(1), match.group(3)
+        assert int(match.group(2)) == port and experiment_id == experiment
+        status, body = _get(f"{base}/api/2.0/mlflow/experiments/get?experiment_id={experiment_id}")
+        elapsed = time.monotonic() - started
+        tags = {tag["key"]: tag["value"] for tag in json.loads(body)["experiment"]["tags"]}
+        view = json.loads(tags["mlflow.sharedViewState.lme"])
+        assert {"metrics.`accuracy`", "metrics.`task_averaged_accuracy`", "params.`design`", "tags.`lme.seed`",
+                "attributes.`Dataset`"} <= set(view["selectedColumns"])
+        assert view["orderByKey"] == "metrics.`accuracy`"
+        print(f"lme ui: runs view served {elapsed:.1f} s after the command started")
+        assert elapsed < START_LIMIT_S, f"the runs view took {elapsed:.1f} s"
+        status, page = _get(f"{base}/")  # the UI itself
+        assert status == 200 and b"<html" in page.lower()
+        runs = json.loads(urllib.request.urlopen(urllib.request.Request(
+            f"{base}/api/2.0/mlflow/runs/search", data=json.dumps({"experiment_ids": [experiment_id]}).encode(),
+            headers={"Content-Type": "application/json"}), timeout=10).read())["runs"]
+        assert [m["key"] for m in runs[0]["data"]["metrics"]][0] == "accuracy"  # the column the view sorts by
+    finally:
+        ui.send_signal(signal.SIGINT)  # Ctrl-C
+        out, err = ui.communicate(timeout=60)
+    assert ui.returncode == 0, err[-2000:]
+    assert err.strip().splitlines()[-1] == "lme: MLflow UI stopped."
+    assert "Traceback" not in err and "Warning" not in err  # quiet: no start-up chatter, no deprecation notices
+    with pytest.raises(OSError):  # the server is gone with it
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+
+def test_a_store_that_is_not_there_is_one_sentence_and_nothing_is_created(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "lme", "ui", f"tracking.uri=sqlite:///{tmp_path}/none.db"],
+                          cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (f"lme: error: ui: no MLflow store at {tmp_path}/none.db: run a study first "
+                                   "(python -m lme), or name the store with tracking.uri=sqlite:///PATH.")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_port_in_use_is_one_sentence(tmp_path):
+    (tmp_path / "mlflow.db").write_bytes(b"")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "lme", "ui", "--port", str(port),
+                               f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"],
+                              cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"lme: error: ui: cannot serve on 127.0.0.1:{port} (") and line.endswith("--port N.")
