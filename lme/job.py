@@ -16,7 +16,7 @@ import os
 import sys
 import threading
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -359,7 +359,8 @@ def _run_job(design: Design) -> dict[str, float]:
         print(stop[1], file=sys.stderr, flush=True)
         note_stop(status, failure or "stopped")  # a multirun parent ends with the job's reason
         raise SystemExit(stop[0])
-    print_summary(name, seed, judge.name, judge.official, metrics, out_dir, tracker.run_id if tracker else None)
+    print_summary(name, seed, judge.name, judge.official, metrics, out_dir, tracker.run_id if tracker else None,
+                  stand_ins=offline_stand_ins(reader.model, judge.model))
     if tracker is not None and not os.environ.get(PARENT_ENV):  # a sweep's parent prints it once, at the end
         print(f"MLflow: {ui_hint(design.tracking, tracker.experiment_id)} (design, dataset, seed, accuracy per run)",
               flush=True)
@@ -418,8 +419,15 @@ def failures_line(metrics: Mapping[str, float]) -> str:
     return text
 
 
+def offline_stand_ins(*specs: Any) -> list[str]:
+    """The offline stand-ins (`lme-offline/...`) among the models of `specs` (`ModelSpec`s), in order."""
+    return list(dict.fromkeys(spec.model for spec in specs if getattr(spec, "is_offline", False)))
+
+
 def print_summary(design: str, seed: int, judge: str, official: bool, metrics: Mapping[str, float],
-                   out_dir: Path, run_id: str | None) -> None:
+                   out_dir: Path, run_id: str | None, stand_ins: Sequence[str] = ()) -> None:
+    """The job's lines on stdout: accuracy and failures, calls and cost, where the outcomes are; with
+    `stand_ins` (the offline models that answered or judged), once, that its scores say nothing about the design."""
     judge_note = "" if official else " (offline stand-in, not the LongMemEval judge)"
     failures = failures_line(metrics)
     lines = [
@@ -433,4 +441,8 @@ def print_summary(design: str, seed: int, judge: str, official: bool, metrics: M
         + f"; outcomes in {out_dir}"
         + (f"; MLflow run {run_id}" if run_id else ""),
     ]
+    if stand_ins:
+        from lme.models.offline import stand_ins_note
+
+        lines.append(f"  {stand_ins_note(stand_ins)}.")
     print("\n".join(lines), flush=True)

@@ -51,6 +51,7 @@ from lme.measures import (
     summarise_design,
     type_order,
 )
+from lme.models.offline import stand_ins_note
 
 MASTRA_NOTE = (
     "Plain accuracy is correct answers over all questions (LongMemEval's \"Overall Accuracy\"). "
@@ -109,6 +110,7 @@ class JobOutcomes:
     judge_official: bool
     rows: tuple[Mapping[str, Any], ...]
     prereg_sha256: str | None = None  # the job's `lme.prereg_sha256` tag: the record it was checked against
+    stand_ins: tuple[str, ...] = ()  # the offline stand-ins that answered or judged (its `reader.model`, `judge.model`)
 
 
 @dataclass(frozen=True)
@@ -469,6 +471,11 @@ def build_report(
     data = designs[0].data if same and designs else None
     if same and designs:
         notes.insert(0, f"Every design ran on the same questions: {data}.")
+    stand_ins = list(dict.fromkeys(model for d in designs for job in d.jobs for model in job.stand_ins))
+    if stand_ins:  # said once, first: nothing below is about the designs
+        with_them = [d.label for d in designs if any(job.stand_ins for job in d.jobs)]
+        which = "" if len(with_them) == len(designs) else f" (the runs of {', '.join(with_them)})"
+        notes.insert(0, f"{stand_ins_note(stand_ins)}{which}.")
     judges = {(job.judge, job.judge_official) for d in designs for job in d.jobs}
     if len(judges) > 1:
         notes.append(

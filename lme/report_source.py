@@ -30,6 +30,7 @@ from typing import Any
 
 from lme.errors import LmeError
 from lme.hashing import sha256_text
+from lme.models.offline import OFFLINE_PROVIDER
 from lme.report import DesignRuns, JobOutcomes
 from lme.tracking import TrackingSettings, names_parent
 
@@ -470,6 +471,8 @@ def load_sources(settings: TrackingSettings, selectors: Sequence[str]) -> Source
                 judge_official=job.tags.get("lme.judge_official", "false") == "true",
                 rows=tuple(job_rows),
                 prereg_sha256=job.tags.get("lme.prereg_sha256"),
+                stand_ins=tuple(model for model in (job.params.get("reader.model"), job.params.get("judge.model"))
+                                if model and model.startswith(OFFLINE_PROVIDER + "/")),
             ))
             digest = job.tags.get("lme.prereg_sha256")
             if digest and digest not in prereg_paths:

@@ -322,6 +322,31 @@ def test_plot_titles_say_what_and_on_which_questions():
     assert "no pair of designs ran a question in common" in differences_title(disjoint, 0)
 
 
+def test_offline_stand_ins_are_said_once_to_say_nothing_about_a_design():
+    from dataclasses import replace
+
+    offline = ("lme-offline/extractive-reader", "lme-offline/lexical-judge")
+    note = "these scores measure the stand-ins, not the design"
+
+    def with_stand_ins(d: DesignRuns, models) -> DesignRuns:
+        return replace(d, jobs=tuple(replace(job, stand_ins=models) for job in d.jobs))
+
+    both = build_report([with_stand_ins(design("a", PLAIN), offline), with_stand_ins(design("b", PATCHY), offline)],
+                        n_resamples=200)
+    md = render_markdown(both)
+    assert md.count(note) == 1 and md.count("Offline stand-ins (") == 1
+    line = next(line for line in md.splitlines() if note in line)
+    assert line.startswith("- Offline stand-ins (lme-offline/extractive-reader, lme-offline/lexical-judge): ")
+    assert "the offline pipeline below bm25) is a property of the stand-ins" in line and line.endswith("design.")
+    assert sum(note in entry for entry in report_json(both)["notes"]) == 1
+    # a report where only one design ran on stand-ins names it; none: no note
+    one = build_report([design("a", PLAIN, official=True), with_stand_ins(design("b", PATCHY), offline[:1])],
+                       n_resamples=200)
+    line = next(line for line in render_markdown(one).splitlines() if note in line)
+    assert line.startswith("- Offline stand-ins (lme-offline/extractive-reader): ") and "(the runs of b)." in line
+    assert note not in render_markdown(build_report([design("a", PLAIN, official=True)], n_resamples=200))
+
+
 # --- the command, against a real MLflow store ----------------------------------------------------------
 
 
@@ -463,12 +488,14 @@ def test_report_over_three_offline_designs_with_three_seeds(tmp_path):
         assert heading in md
     assert md.count("\n### ") >= 3  # three pairs
     assert "NOT the LongMemEval judge" in md
+    assert md.count("these scores measure the stand-ins, not the design") == 1  # said once, for every design
     for name in ("report.md", "report.json", "per_type_accuracy.png", "paired_differences.png"):
         assert (tmp_path / "report" / name).stat().st_size > 0
     assert (tmp_path / "report" / "paired_differences.png").read_bytes()[:8] == PNG_MAGIC
 
     # every headline number against the jobs' own journals on disk
     data = json.loads((tmp_path / "report" / "report.json").read_text())
+    seeds_differ: dict[str, bool] = {}
     for name in DESIGNS:
         sweep = sorted((tmp_path / "multirun" / name).glob("*/*/outcomes.jsonl"))
         assert len(sweep) == 3, name
@@ -480,4 +507,8 @@ def test_report_over_three_offline_designs_with_three_seeds(tmp_path):
         majority = sum(1 for q in ids if sum(r[q] for r in runs) >= 2)
         assert entry["summary"]["majority_count"] == majority
         assert sorted(entry["summary"]["run_correct_counts"]) == sorted(sum(r.values()) for r in runs)
+        seeds_differ[name] = any(len({r[q] for r in runs}) > 1 for q in ids)  # the offline reader draws per seed
         assert _row(md, name, "## Headline")[2] == f"{100 * majority / len(ids):.1f}% ({majority}/{len(ids)})"
+    assert all(seeds_differ.values()), seeds_differ  # no design's seeds answer every question alike
+    overall = [pair["comparison"]["overall"]["mean_interval"] for pair in data["pairs"] if pair["comparison"]]
+    assert any(interval["low"] != interval["high"] for interval in overall), overall  # not [+0.0, +0.0]

@@ -249,8 +249,9 @@ class _Request(Generic[R]):
 
 
 class _Chat(_Request[CallResult]):
-    def __init__(self, messages: list[dict[str, Any]]) -> None:
+    def __init__(self, messages: list[dict[str, Any]], seed: int | None = None) -> None:
         self.messages = messages
+        self.seed = seed  # sent as the request's `seed` (an offline stand-in's only)
 
     def chars(self) -> int:
         return _message_chars(self.messages)
@@ -261,6 +262,8 @@ class _Chat(_Request[CallResult]):
         return max_call_cost(spec, self.messages, exact)
 
     async def send(self, gateway: Gateway, litellm: Any, spec: ModelSpec, kwargs: dict[str, Any]) -> Any:
+        if self.seed is not None:
+            kwargs = {**kwargs, "seed": self.seed}
         return await gateway._send(litellm, spec, self.messages, kwargs)
 
     def read(self, response: Any) -> dict[str, Any]:
@@ -512,7 +515,10 @@ class Gateway:
         `ReservationExceeded` when a reply cost more than its reservation under a dollar cap."""
         if self.failure is not None:
             raise self.failure
-        return await self._request(spec, call_key(spec.model, messages, spec.params, seed), _Chat(messages))
+        # An offline stand-in is sent the seed too (it draws with it at a temperature above 0); a provider's
+        # model is not: the seed keys its call cache only.
+        chat = _Chat(messages, seed if spec.is_offline else None)
+        return await self._request(spec, call_key(spec.model, messages, spec.params, seed), chat)
 
     async def embed(self, spec: ModelSpec, inputs: list[str]) -> EmbeddingResult:
         """One embedding request for `inputs` (texts, prompts already applied): the vectors as the provider

@@ -5,6 +5,11 @@ paper's reader and NOT the LongMemEval judge, and are named so everywhere:
 
 - `lme-offline/extractive-reader` answers with the memory sentence that shares
   the most content words with the question, or declines when none shares enough;
+  at a `temperature` above 0 (the `offline` reader's config sets 1) it draws among the
+  sentences that share enough, a sentence sharing `d` fewer words than the best weighted
+  `exp(-d / temperature)`, with a generator seeded by the request's seed and the question:
+  a seed gives the same answers every time, two seeds differ on some questions (as a
+  sampled model's would), and at temperature 0 (or with no seed) every seed gives the best;
 - `lme-offline/lexical-judge` reads a filled judge prompt (labelled fields
   `Question:`, `Correct Answer:` / `Rubric:` / `Explanation:`, `Model Response:`)
   and says yes when the response holds the reference's content words (or, for
@@ -19,8 +24,12 @@ Token counts are estimates (characters / 4), and the calls cost nothing.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
+import random
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from lme.text import content_words
@@ -44,29 +53,58 @@ _DECLINE_PATTERNS = re.compile(
 )
 
 
+def stand_ins_note(models: Sequence[str]) -> str:
+    """What a score from offline stand-ins means, said once wherever scores are shown (a job's summary, the
+    report): `models`, the stand-ins that answered or judged."""
+    return (f"Offline stand-ins ({', '.join(models)}): these scores measure the stand-ins, not the design; "
+            "that one design scores below another with them (the offline pipeline below bm25) is a property of "
+            "the stand-ins and says nothing about either design")
+
+
 def estimate_tokens(text: str) -> int:
     return max(1, len(text) // 4)
 
 
-def extractive_answer(question: str, memory: str, min_overlap: int = 2) -> str:
-    """The memory sentence sharing the most content words with the question, or a decline."""
+def extractive_answer(question: str, memory: str, min_overlap: int = 2, temperature: float = 0.0,
+                      seed: int | None = None) -> str:
+    """The memory sentence sharing the most content words with the question, or a decline.
+
+    `temperature` > 0 with a `seed`: one of the sentences sharing enough words, drawn with weight
+    `exp(-(best - score) / temperature)` by a generator seeded from the seed and the question (`draw`);
+    the first of equally good sentences otherwise."""
     wanted = content_words(question)
     if not wanted:
         return DECLINE_ANSWER
     needed = 1 if len(wanted) <= 2 else min_overlap
-    best, best_score = None, 0
+    candidates: dict[str, int] = {}  # sentence -> shared words, first-seen order (a repeated sentence once)
     for line in memory.splitlines():
         line = _LINE_PREFIX.sub("", line.strip())
         for sentence in _SENTENCE_END.split(line):
             sentence = sentence.strip()
-            if not sentence:
+            if not sentence or sentence in candidates:
                 continue
             score = len(wanted & content_words(sentence))
-            if score > best_score:
-                best, best_score = sentence, score
-    if best is None or best_score < needed:
+            if score >= needed:
+                candidates[sentence] = score
+    if not candidates:
         return DECLINE_ANSWER
-    return best
+    best_score = max(candidates.values())
+    if temperature <= 0 or seed is None or len(candidates) == 1:
+        return next(sentence for sentence, score in candidates.items() if score == best_score)
+    weights = [math.exp(-(best_score - score) / temperature) for score in candidates.values()]
+    return list(candidates)[draw(seed, question, weights)]
+
+
+def draw(seed: int, question: str, weights: list[float]) -> int:
+    """An index into `weights`, drawn in proportion to them by a generator seeded from `seed` and `question`
+    (SHA-256 of both: the same on every machine and Python, unlike `hash`)."""
+    digest = hashlib.sha256(f"{seed}\x00{question}".encode("utf-8")).digest()
+    point = random.Random(int.from_bytes(digest[:8], "big")).random() * sum(weights)
+    for index, weight in enumerate(weights):
+        point -= weight
+        if point < 0:
+            return index
+    return len(weights) - 1
 
 
 _FIRST_PERSON = re.compile(r"\b(?:i|i'm|i've|i'd|my|me|mine|we|our|us)\b", re.IGNORECASE)
@@ -139,16 +177,22 @@ def _last_user_text(messages: list[dict[str, Any]]) -> str:
     return ""
 
 
-def respond(model: str, messages: list[dict[str, Any]]) -> str:
-    """The offline model's reply text."""
+def respond(model: str, messages: list[dict[str, Any]], params: dict[str, Any] | None = None) -> str:
+    """The offline model's reply text; `params`: the request's parameters (the reader reads `temperature` and
+    `seed`, which the gateway sends to the offline models only)."""
     name = model.split("/", 1)[-1]
     user_text = _last_user_text(messages)
     if name == READER_MODEL.split("/", 1)[1]:
+        params = params or {}
+        temperature = float(params.get("temperature") or 0.0)
+        seed = params.get("seed")
+        seed = int(seed) if seed is not None else None
         try:
             payload = json.loads(user_text)
-            return extractive_answer(str(payload.get("question", "")), str(payload.get("memory", "")))
+            return extractive_answer(str(payload.get("question", "")), str(payload.get("memory", "")),
+                                     temperature=temperature, seed=seed)
         except (json.JSONDecodeError, AttributeError):
-            return extractive_answer(user_text, user_text)
+            return extractive_answer(user_text, user_text, temperature=temperature, seed=seed)
     if name == JUDGE_MODEL.split("/", 1)[1]:
         return lexical_verdict(user_text)
     if name == NOTE_MODEL.split("/", 1)[1]:
@@ -168,8 +212,8 @@ def register_offline_providers() -> None:
     from litellm import CustomLLM
 
     class OfflineProvider(CustomLLM):
-        def _reply(self, model: str, messages: list[dict[str, Any]]) -> Any:
-            text = respond(model, messages)
+        def _reply(self, model: str, messages: list[dict[str, Any]], params: dict[str, Any] | None) -> Any:
+            text = respond(model, messages, params)
             prompt_tokens = sum(estimate_tokens(str(m.get("content", ""))) for m in messages)
             completion_tokens = estimate_tokens(text)
             return litellm.ModelResponse(
@@ -183,10 +227,10 @@ def register_offline_providers() -> None:
             )
 
         def completion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Any:
-            return self._reply(model, messages)
+            return self._reply(model, messages, kwargs.get("optional_params"))
 
         async def acompletion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Any:
-            return self._reply(model, messages)
+            return self._reply(model, messages, kwargs.get("optional_params"))
 
     handler = OfflineProvider()
     litellm.custom_provider_map = [
