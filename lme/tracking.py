@@ -523,7 +523,7 @@ def serve_run(runs: dict[str, JobRun], request: tuple[Any, ...]) -> Any:
 # MLflow's Prompt Registry: each step's composed instruction is a version of the prompt `lme-<design>-<step>`, one
 # version per distinct text (found by its digest), linked both ways to the runs that read it.
 PROMPT_DIGEST_TAG = "lme.sha256"  # on a prompt version: its text's SHA-256
-PROMPT_RUNS_TAG = "mlflow.prompt.run_ids"  # on a prompt version: the runs that read it (MLflow's prompt page lists them)
+PROMPT_RUNS_TAG = "mlflow.prompt.run_ids"  # on a prompt version: the runs that read it (its page and theirs list it)
 LINKED_PROMPTS_TAG = "mlflow.linkedPrompts"  # on a run: the prompt versions it read (MLflow's run page lists them)
 PROMPT_EXPERIMENTS_TAG = "_mlflow_experiment_ids"  # on a prompt: ",1,4,", the experiments whose Prompts tab lists it
 _REGISTRY_ATTEMPTS = 5
@@ -585,8 +585,8 @@ def _prompt_version(client: Any, name: str, text: str, design: str, step: str, e
     digest = sha256_text(text)
     prompt = client.get_prompt(name)
     if prompt is None:
-        client.create_prompt(name, description=f"lme design {design}: the instruction of step {step}",
-                             tags={PROMPT_EXPERIMENTS_TAG: f",{experiment_id},", "lme.design": design, "lme.step": step})
+        client.create_prompt(name, description=f"lme design {design}: the instruction of step {step}", tags={
+            PROMPT_EXPERIMENTS_TAG: f",{experiment_id},", "lme.design": design, "lme.step": step})
     else:
         ids = [part for part in (prompt.tags.get(PROMPT_EXPERIMENTS_TAG) or "").split(",") if part]
         if experiment_id not in ids:

@@ -262,8 +262,9 @@ def _print_addresses(settings: Any, base: str, experiments: dict[str, str], seco
     ready = f" (ready in {seconds:.1f} s)" if seconds is not None else ""
     stop = "; Ctrl-C stops it" if seconds is not None else ""
     if settings.experiment in experiments:
-        print(f"MLflow UI on {settings.uri}{ready}: open {runs_view_url(settings, experiments[settings.experiment], base)}"
-              f" (design, dataset, seed, accuracy per run){stop}", flush=True)
+        url = runs_view_url(settings, experiments[settings.experiment], base)
+        print(f"MLflow UI on {settings.uri}{ready}: open {url} (design, dataset, seed, accuracy per run){stop}",
+              flush=True)
     else:
         print(f"MLflow UI on {settings.uri}{ready}: open {base} (no lme job in experiment {settings.experiment!r} "
               f"yet){stop}", flush=True)
