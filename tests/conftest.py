@@ -2,6 +2,9 @@
 
 litellm fetches its model price map from the internet on import unless told to
 use the copy it ships with, so that is set before any test module imports it.
+
+Tests that read the real LongMemEval files find them through `shared_data` (LME_TEST_DATA) and skip without
+them; the end of the run counts those skips in one line, and names anything the run left in the checkout.
 """
 
 from __future__ import annotations
@@ -28,9 +31,53 @@ _folder_of_this_process("LME_ONNX_DIR", "lme-test-onnx-")
 # the user's cache
 _folder_of_this_process("LME_MLFLOW_TEMPLATES", "lme-test-mlflow-templates-")
 
+import subprocess  # noqa: E402
+
 import pytest  # noqa: E402
 
+import shared_data  # noqa: E402
 from loopback import LoopbackServer  # noqa: E402
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    found = "" if shared_data.ROOT.is_dir() else " (not there: the tests that need it skip)"
+    return f"lme: real test data from {shared_data.ROOT}{found}"
+
+
+_CHECKOUT_BEFORE = pytest.StashKey["set[str] | None"]()
+
+
+def _checkout_files() -> set[str] | None:
+    """`git status --porcelain --ignored` of the checkout, less Python's and pytest's own caches (None when the
+    checkout is not a git one)."""
+    try:
+        done = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=shared_data.CHECKOUT,
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if done.returncode != 0:
+        return None
+    return {line for line in done.stdout.splitlines() if "__pycache__" not in line and ".pytest_cache" not in line}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not hasattr(session.config, "workerinput"):  # the run's one process, or xdist's controller
+        session.config.stash[_CHECKOUT_BEFORE] = _checkout_files()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """One line counting the tests skipped for want of the real data (xdist's workers report their skips to the
+    controller, whose stats these are), and one naming anything new in the checkout."""
+    skipped = sum(shared_data.is_data_skip(report) for report in terminalreporter.stats.get("skipped", []))
+    if skipped:
+        terminalreporter.write_line(shared_data.summary(skipped))
+    before = config.stash.get(_CHECKOUT_BEFORE, None)
+    after = _checkout_files() if before is not None else None
+    if before is not None and after is not None and (new := sorted(after - before)):
+        terminalreporter.write_line(
+            f"lme: new in the checkout since the tests started (tests write only under tmp_path): {'; '.join(new)}",
+            yellow=True)
+
 
 TEST_KEY_ENV = "LME_TEST_KEY"
 TEST_KEY = "sk-lme-test-0123456789abcdefSECRET"

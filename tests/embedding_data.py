@@ -1,8 +1,8 @@
 """Small LongMemEval files for the embedding cache's tests (`lme embed`, `lme cache export/import`).
 
 `write_dataset` writes questions in the official format from (role, content) sessions; `mini_excerpt`
-cuts a few questions of the real mini file down to a few sessions each (their evidence sessions kept),
-so the real semantic retriever ranks real turns in seconds.
+cuts a few questions of the real mini file (`shared_data.MINI`: a test using it needs it) down to a few
+sessions each (their evidence sessions kept), so the real semantic retriever ranks real turns in seconds.
 """
 
 from __future__ import annotations
@@ -12,9 +12,7 @@ import lzma
 from pathlib import Path
 
 from histories import question_record
-
-DATA_DIR = Path(__file__).resolve().parents[2] / "shared/data/longmemeval"
-MINI = DATA_DIR / "longmemeval_s_cleaned_mini.json.xz"
+from shared_data import MINI
 
 
 def record(question_id: str, question: str, sessions: list[list[tuple[str, str]]]) -> dict:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import datetime
-from pathlib import Path
 
 import pytest
 
@@ -21,10 +20,7 @@ from lme.cli.audit import main
 from lme.data.load import load_questions
 from lme.data.records import Question
 from lme.data.sample import SAMPLE_PATH
-
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "longmemeval"
-MINI = SHARED / "longmemeval_s_cleaned_mini.json.xz"
-S_FILE = SHARED / "longmemeval_s_cleaned.json.xz"
+from shared_data import MINI, S_FILE, needs
 
 
 def question(answer: str, question_id: str = "q1") -> Question:
@@ -114,12 +110,12 @@ def test_audit_all_designs_covers_every_shipped_design(capsys):
         assert f"\n{name}: " in "\n" + out, name
 
 
-@pytest.mark.skipif(not MINI.exists(), reason="shared LongMemEval data absent")
+@needs(MINI)
 def test_shipped_designs_hold_no_answer_of_the_real_mini_file(capsys):
     assert main(["--all-designs", f"dataset.path={MINI}"]) == 0, capsys.readouterr().out
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not S_FILE.exists(), reason="shared LongMemEval data absent")
+@needs(S_FILE)
 def test_shipped_designs_hold_no_uncommon_answer_of_s(capsys):
     assert main(["--all-designs", f"dataset.path={S_FILE}"]) == 0, capsys.readouterr().out

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from shared_data import MINI, needs
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_orchestration.py"
-MINI = Path(__file__).resolve().parents[2] / "shared" / "data" / "longmemeval" / "longmemeval_s_cleaned_mini.json.xz"
 
 
 def _bench():
@@ -106,7 +107,7 @@ def test_profile_samples_are_sorted_into_categories(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not MINI.exists(), reason="the shared LongMemEval mini file is absent")
+@needs(MINI)
 def test_a_small_study_pays_every_call_once(tmp_path: Path) -> None:
     """4 questions x 2 seeds through `python -m lme` against the loopback server: 2 calls per question and seed."""
     bench = _bench()
@@ -123,7 +124,7 @@ def test_a_small_study_pays_every_call_once(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not MINI.exists(), reason="the shared LongMemEval mini file is absent")
+@needs(MINI)
 def test_startup_rows_time_the_first_request_from_json_and_xz(tmp_path: Path) -> None:
     """The start-up rows run the study on the file decompressed (as `lme data fetch` writes it) and as
     given (.json.xz), as a multirun and as a single run: each row is the time to the server's first

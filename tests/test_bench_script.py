@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from shared_data import MINI, needs
+
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "scripts" / "bench.py"
-MINI = ROOT.parent / "shared/data/longmemeval/longmemeval_s_cleaned_mini.json.xz"
 KEYS = {"stage", "figure", "value", "unit", "compared_to", "ratio", "target", "met", "note"}
 
-needs_mini = pytest.mark.skipif(not MINI.exists(), reason=f"{MINI} is not there")
+needs_mini = needs(MINI)
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess[str]:

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "longmemeval"
-MINI = SHARED / "longmemeval_s_cleaned_mini.json.xz"
+from shared_data import MINI, needs
 
 pytestmark = pytest.mark.slow
 
@@ -118,7 +117,7 @@ def test_multirun_parent_children_and_across_seed_measures_then_cached_rerun(tmp
         assert strip(journal_rows(first)) == strip(journal_rows(second))
 
 
-@pytest.mark.skipif(not MINI.exists(), reason="shared LongMemEval mini file not present")
+@needs(MINI)
 def test_real_mini_file_runs_and_a_broken_copy_fails_with_one_sentence(tmp_path):
     result = run_lme(tmp_path, f"dataset.path={MINI}", "tracking.enabled=false")
     assert result.returncode == 0, result.stderr[-3000:]

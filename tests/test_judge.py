@@ -26,13 +26,13 @@ from lme.judge import (
 from lme.models.cache import CallCache
 from lme.models.gateway import Gateway, ModelSpec
 from lme.models.offline import READER_MODEL
+from shared_data import TEMPLATES as TEMPLATES_FILE
+from shared_data import available, needs
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "shared/data/longmemeval"
-TEMPLATES_FILE = DATA_DIR / "judge_templates.json"
 JUDGE_CONF = lme.CONF_DIR / "judge/longmemeval.yaml"
 KEY_ENV = "LME_TEST_KEY"
 
-needs_templates = pytest.mark.skipif(not TEMPLATES_FILE.exists(), reason=f"{TEMPLATES_FILE} is absent")
+needs_templates = needs(TEMPLATES_FILE)
 
 
 def make_question(
@@ -205,7 +205,7 @@ def official_judge(server: LoopbackServer):
         max_attempts=2,
         backoff_base_s=0.01,
     )
-    if TEMPLATES_FILE.exists():
+    if available(TEMPLATES_FILE):
         return make_judge("longmemeval", official=True, model=spec, templates_path=str(TEMPLATES_FILE))
     return make_judge("loopback", official=False, model=spec, templates=PLAIN_TEMPLATES)
 

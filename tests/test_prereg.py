@@ -36,9 +36,8 @@ from lme.prereg import (
     write_record,
 )
 from lme.cli.prereg import main, record_for
+from shared_data import TEMPLATES, needs
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "longmemeval"
-TEMPLATES = SHARED / "judge_templates.json"
 FAST = ["+design=bm25", "limit=4"]  # the bundled sample, BM25 baseline, four questions
 RICH = ["+design=pipeline"]  # the design with the most hashed texts (instructions, rules, views)
 HAS_GIT = shutil.which("git") is not None
@@ -206,7 +205,7 @@ def test_inline_judge_template_change_is_named(clean_code):
     assert keys[0] == "design.judge.templates.knowledge_update" and "judge_templates.knowledge_update" in keys
 
 
-@pytest.mark.skipif(not TEMPLATES.exists(), reason="shared judge templates absent")
+@needs(TEMPLATES)
 def test_official_judge_template_change_is_refused_naming_it(tmp_path, clean_code):
     copy = tmp_path / "judge_templates.json"
     shutil.copy(TEMPLATES, copy)

@@ -36,10 +36,11 @@ from lme.report import DesignRuns, JobOutcomes, build_report, cost_table, report
 from lme.retrieval.fts5 import FTS5Retriever
 from lme.run import CallStats, Journal, run_questions
 from judging import OFFLINE_TEMPLATES
+from shared_data import TEMPLATES as OFFICIAL_TEMPLATES
+from shared_data import available
 
 DESIGNS = ("bm25", "bm25_lucene", "first_pass", "hybrid", "pipeline", "pipeline_arbiter", "pipeline_counting",
            "pipeline_current_state", "semantic")
-OFFICIAL_TEMPLATES = Path(__file__).resolve().parents[2] / "shared" / "data" / "longmemeval" / "judge_templates.json"
 MODEL = "openai/gpt-4o-mini"  # in litellm's cost map, with a cache-read price
 KEY_ENV = "LME_TEST_KEY"
 
@@ -117,7 +118,7 @@ def _judge_templates() -> list[dict[str, str]]:
     from lme.cli import compose_config
 
     sets = [OmegaConf.to_container(compose_config(["judge=offline"]).judge.templates, resolve=True)]
-    if OFFICIAL_TEMPLATES.exists():
+    if available(OFFICIAL_TEMPLATES):  # the official ones too, when the real test data is there
         sets.append(load_templates(OFFICIAL_TEMPLATES))
     return sets
 

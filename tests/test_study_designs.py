@@ -33,13 +33,12 @@ from lme.models.offline import JUDGE_MODEL, READER_MODEL
 from lme.retrieval.fts5 import FTS5Retriever
 from lme.run import QuestionRecord, answer_question
 from judging import OFFLINE_TEMPLATES
+from shared_data import MINI, available, needs
+from shared_data import STUDY_INSTRUCTIONS as STUDY_FILE
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "data"
-MINI = SHARED / "longmemeval" / "longmemeval_s_cleaned_mini.json.xz"
-STUDY_FILE = SHARED / "oh_study" / "study_instructions.json"
-needs_mini = pytest.mark.skipif(not MINI.exists(), reason="the shared LongMemEval mini file is absent")
-needs_study_file = pytest.mark.skipif(not STUDY_FILE.exists(), reason="the study's instructions file is absent")
+needs_mini = needs(MINI)
+needs_study_file = needs(STUDY_FILE)
 
 USER_LOG = "lme.memory.user_log.UserLogMemoryBuilder"
 RETRIEVED = "lme.memory.retrieved.RetrievedMemoryBuilder"
@@ -165,7 +164,7 @@ def test_every_command_of_the_readmes_study_tables_composes_as_written():
         # the development memories ran on the study's 100 development questions, the 15 designs on all 500
         assert ("split=study_dev" in args) == args[0].startswith("+design=study/dev_"), command
         if "instructions=study" in args:
-            if not STUDY_FILE.exists():
+            if not available(STUDY_FILE):
                 continue
             args.append(f"instructions.source={STUDY_FILE}")
         compose_design(args, check=True)

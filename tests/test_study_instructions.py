@@ -1,4 +1,4 @@
-"""instructions=study: the study's own texts, read from the shared file (never from the repository), each
+"""instructions=study: the study's own texts, read from the real test data (never from the repository), each
 composed step verified against the study's published SHA-256; lme's own pipeline composes the same
 paragraph lists in its own words."""
 
@@ -20,12 +20,13 @@ from lme.answer.study_instructions import (
 from lme.design import compose_design, plain
 from lme.errors import LmeError
 from lme.prereg import text_digests
+from shared_data import STUDY_INSTRUCTIONS as STUDY_FILE
+from shared_data import available, needs
 
 ROOT = Path(__file__).resolve().parents[1]
-STUDY_FILE = ROOT.parent / "shared" / "data" / "oh_study" / "study_instructions.json"
-needs_file = pytest.mark.skipif(not STUDY_FILE.exists(), reason="the study's instructions file (../shared/data/oh_study/) is absent")
+needs_file = needs(STUDY_FILE)
 
-# The digests the study published (its write-up's appendix; ../shared/data/oh_study/README.md), written out
+# The digests the study published (its write-up's appendix; oh_study's README in the test data), written out
 # here a second time so that a change to the pinned values in lme is caught.
 PUBLISHED = {
     "first_pass": "551f0c0de5df5642a732ecbee7c5fef9359bb6ce4cfa67526476b20c1719dd84",
@@ -139,7 +140,7 @@ def test_the_run_refuses_before_any_model_call(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "lme", "+design=pipeline", "instructions=study", f"instructions.source={changed}",
          "tracking.enabled=false", f"cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={tmp_path / 'out'}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
     )
     assert result.returncode != 0
     assert str(changed) in result.stderr and "step recall" in result.stderr, result.stderr
@@ -153,7 +154,7 @@ def test_lme_pipeline_steps_compose_the_studys_paragraph_lists():
     lists = {step.rule.name: list(step.rule.paragraphs) for step in design.instructions.rules}
     assert lists == {name: STUDY_LISTS[name] for name in ("advice", "decline", "recall")}
     # lme's own wording, not the study's
-    if STUDY_FILE.exists():
+    if available(STUDY_FILE):
         assert all(study_digest(text) != PUBLISHED[step] for step, text in design.instructions.texts.items())
 
 

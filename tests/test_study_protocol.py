@@ -32,13 +32,11 @@ from lme.models.gateway import Gateway, ModelSpec
 from lme.retrieval.fts5 import FTS5Retriever
 from lme.run import Journal, run_questions
 from judging import OFFLINE_TEMPLATES
+from shared_data import ORACLE, TEMPLATES, needs
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "data" / "longmemeval"
-TEMPLATES = SHARED / "judge_templates.json"
-ORACLE = SHARED / "longmemeval_oracle.json.xz"
 KEY_ENV = "LME_TEST_KEY"
-needs_templates = pytest.mark.skipif(not TEMPLATES.exists(), reason="shared LongMemEval judge templates absent")
+needs_templates = needs(TEMPLATES)
 
 
 def study_design(*overrides: str):
@@ -293,11 +291,11 @@ def test_the_committed_study_lists():
     assert compose_design(["split=study_dev"]).dataset.selection.split == "study_dev"
 
 
-@pytest.mark.skipif(not ORACLE.exists(), reason="shared LongMemEval data absent")
-def test_the_study_split_is_reproduced_from_the_file():
+@needs(ORACLE)
+def test_the_study_split_is_reproduced_from_the_file(tmp_path):
     ids = [q.question_id for q in load_questions(ORACLE)]
     assert make_study_split(ids) == committed_split("study")
     result = subprocess.run([sys.executable, "-m", "lme", "data", "split", "--rule", "study", f"dataset.path={ORACLE}",
-                             "--check"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+                             "--check"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "| all | 100 | 400 |" in result.stdout and "equal to the committed lists" in result.stdout

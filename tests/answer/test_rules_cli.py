@@ -5,15 +5,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from lme.cli.rules import main
 from lme.errors import LmeError
-
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "longmemeval"
-S_FILE = SHARED / "longmemeval_s_cleaned.json.xz"
+from shared_data import S_FILE, needs
 
 # In the bundled sample, read by hand: the six preference questions ask for suggestions; the seven
 # assistant questions ask what "you" said or recommended (so advice's exclusion drops "did you suggest").
@@ -54,7 +51,7 @@ def test_the_command_is_registered_and_reports_errors_in_one_sentence():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not S_FILE.exists(), reason="shared LongMemEval-S file not present")
+@needs(S_FILE)
 def test_on_longmemeval_s_the_question_rules_select_by_wording_alone(capsys):
     assert main(["+design=pipeline", "--json", f"dataset.path={S_FILE}"]) == 0
     out, err = capsys.readouterr()

@@ -1,7 +1,7 @@
 """Write an `evaluate_qa.py` shaped like LongMemEval's, around templates given at test time.
 
 No template text lives in the project: tests pass either made-up templates or
-the ones read from `../shared/data/longmemeval/judge_templates.json`. The
+the real ones (`shared_data.TEMPLATES`, the real test data's judge_templates.json). The
 layout follows LongMemEval's `get_anscheck_prompt(task, question, answer,
 response, abstention=False)`: `if not abstention:` then an `if task in [...]` /
 `elif task == ...` chain ending in `raise NotImplementedError`, `else:` the

@@ -3,8 +3,8 @@
 The data files are small synthetic LongMemEval files; pins are injected
 (`pins=` / `dataset_pins=`), never edited in the project. The judge-template
 tests build an `evaluate_qa.py` shaped like LongMemEval's at test time, around
-made-up templates, and around the real ones from the shared data folder when
-it is present (skipped otherwise), so no template text is committed.
+made-up templates, and around the real ones from the real test data (tests/shared_data.py,
+LME_TEST_DATA) when it is there (skipped otherwise), so no template text is committed.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from lme.data.load import load_questions
 from lme.errors import LmeError
 from lme.judge import LONGMEMEVAL_TEMPLATE_SHA256, load_templates, make_judge
 from lme.models.gateway import ModelSpec
+from shared_data import TEMPLATES, needs
 
-SHARED_DATA = Path(__file__).resolve().parents[3] / "shared/data/longmemeval"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 S_FILE = DATASETS["s"].filename
 M_FILE = DATASETS["m"].filename
@@ -386,11 +386,11 @@ def test_templates_missing_at_the_commit_is_one_sentence(tmp_path):
     assert "HTTP 404" in str(err.value)
 
 
-@pytest.mark.skipif(not (SHARED_DATA / "judge_templates.json").exists(), reason="shared LongMemEval data absent")
+@needs(TEMPLATES)
 @pytest.mark.parametrize("style", ["plain", "mixed"])
 def test_the_real_templates_pass_the_project_pins_and_make_the_official_judge(tmp_path, monkeypatch, style):
     monkeypatch.delenv("LME_JUDGE_TEMPLATES", raising=False)
-    real = json.loads((SHARED_DATA / "judge_templates.json").read_text(encoding="utf-8"))["templates"]
+    real = json.loads(TEMPLATES.read_text(encoding="utf-8"))["templates"]
     data_dir = tmp_path / "data"
     with _hub({}, raw={RAW_PATH: build_evaluate_qa(real, style).encode()}) as hub:
         lines: list[str] = []

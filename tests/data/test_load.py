@@ -14,8 +14,7 @@ import pytest
 from lme.data.dates import parse_lme_date
 from lme.data.load import REQUIRED_FIELDS, load_questions
 from lme.errors import DataError
-
-SHARED_DATA = Path(__file__).resolve().parents[3] / "shared/data/longmemeval"
+from shared_data import MINI, need
 
 
 def _turn(role: str, content: str, has_answer: bool | None = None) -> dict[str, Any]:
@@ -312,10 +311,7 @@ def test_selection_follows_the_given_order(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def mini_path() -> Path:
-    path = SHARED_DATA / "longmemeval_s_cleaned_mini.json.xz"
-    if not path.exists():
-        pytest.skip(f"{path} is absent")
-    return path
+    return need(MINI)
 
 
 def test_real_mini_file_loads_sorted(mini_path: Path) -> None:

@@ -22,6 +22,7 @@ from lme.data.sample import (
     render_sample,
     write_sample,
 )
+from shared_data import MINI, need
 
 KEY_ORDER = [
     "question_id",
@@ -35,7 +36,6 @@ KEY_ORDER = [
     "haystack_sessions",
 ]
 RELATIVE_EXPRESSIONS = ("yesterday", "two days ago", "two weeks ago", "this past Friday", "last weekend", "last month")
-SHARED_DATA = Path(__file__).resolve().parents[3] / "shared/data/longmemeval"
 
 
 @pytest.fixture(scope="module")
@@ -203,10 +203,7 @@ def test_yesterday_answers_are_computed_from_the_session_date(questions) -> None
 
 
 def test_sample_text_is_not_taken_from_longmemeval(raw: list[dict]) -> None:
-    mini = SHARED_DATA / "longmemeval_s_cleaned_mini.json.xz"
-    if not mini.exists():
-        pytest.skip(f"{mini} is absent")
-    with lzma.open(mini, "rt", encoding="utf-8") as handle:
+    with lzma.open(need(MINI), "rt", encoding="utf-8") as handle:
         real = json.load(handle)
     real_texts = {turn["content"] for record in real for session in record["haystack_sessions"] for turn in session}
     real_texts |= {record["question"] for record in real}

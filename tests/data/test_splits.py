@@ -24,11 +24,9 @@ from lme.data.splits import (
     split_ids,
 )
 from lme.errors import DataError, LmeError
+from shared_data import MINI, ORACLE, need
+from shared_data import S_FILE as FULL_S
 
-SHARED_DATA = Path(__file__).resolve().parents[3] / "shared/data/longmemeval"
-MINI = SHARED_DATA / "longmemeval_s_cleaned_mini.json.xz"
-ORACLE = SHARED_DATA / "longmemeval_oracle.json.xz"
-FULL_S = SHARED_DATA / "longmemeval_s_cleaned.json.xz"
 REPO = Path(__file__).resolve().parents[2]
 
 S_TYPES = {
@@ -48,12 +46,6 @@ S_DEV = {
     "single-session-preference": 6,
 }
 SHARED_COPY_LACKS = {"7e00a6cb", "gpt4_7a0daae1"}
-
-
-def need(path: Path) -> Path:
-    if not path.exists():
-        pytest.skip(f"{path} is absent")
-    return path
 
 
 def synthetic_questions() -> list[tuple[str, str]]:

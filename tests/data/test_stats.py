@@ -18,10 +18,9 @@ from lme.data.load import load_questions
 from lme.data.records import QUESTION_TYPES
 from lme.data.sample import SAMPLE_PATH
 from lme.data.stats import DatasetStats, dataset_stats, format_table, stats_json
+from shared_data import MINI, need
+from shared_data import S_FILE as FULL_S
 
-SHARED_DATA = Path(__file__).resolve().parents[3] / "shared/data/longmemeval"
-MINI = SHARED_DATA / "longmemeval_s_cleaned_mini.json.xz"
-FULL_S = SHARED_DATA / "longmemeval_s_cleaned.json.xz"
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -220,17 +219,13 @@ def test_bundled_sample_matches_reference() -> None:
 
 
 def test_mini_file_matches_reference() -> None:
-    if not MINI.exists():
-        pytest.skip(f"{MINI} is absent")
-    got = check_file(MINI)
+    got = check_file(need(MINI))
     assert got["questions"] == 16
 
 
 @pytest.mark.slow
 def test_full_s_file_matches_reference_and_known_facts() -> None:
-    if not FULL_S.exists():
-        pytest.skip(f"{FULL_S} is absent")
-    got = check_file(FULL_S)
+    got = check_file(need(FULL_S))
     assert got["questions"] == 498  # the shared copy lacks 2 of the 500
     assert got["abstention"] == 30
     assert got["same_day_histories"] == 94
@@ -265,12 +260,10 @@ def test_command_rejects_an_unknown_option_in_one_sentence(capsys: pytest.Captur
     assert err.startswith("lme: error: ") and "--jsn" in err and err.count("\n") == 1
 
 
-def test_command_as_a_process_on_the_mini_file() -> None:
-    if not MINI.exists():
-        pytest.skip(f"{MINI} is absent")
+def test_command_as_a_process_on_the_mini_file(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "lme", "data", "stats", "--json", f"dataset.path={MINI}"],
-        cwd=REPO,
+        [sys.executable, "-m", "lme", "data", "stats", "--json", f"dataset.path={need(MINI)}"],
+        cwd=tmp_path,
         capture_output=True,
         text=True,
         timeout=120,

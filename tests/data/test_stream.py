@@ -21,10 +21,9 @@ from lme.data.records import QUESTION_TYPES
 from lme.data.sample import SAMPLE_PATH
 from lme.data.stream import IndexEntry, count_questions, iter_questions, scan_index
 from lme.errors import DataError
+from shared_data import MINI, needs
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARED_DATA = ROOT.parent / "shared/data/longmemeval"
-MINI = SHARED_DATA / "longmemeval_s_cleaned_mini.json.xz"
 
 
 def _load_script(name: str) -> ModuleType:
@@ -75,7 +74,7 @@ def test_sample_streams_to_the_same_questions() -> None:
     assert list(iter_questions(SAMPLE_PATH)) == load_questions(SAMPLE_PATH)
 
 
-@pytest.mark.skipif(not MINI.exists(), reason="real LongMemEval mini file not present")
+@needs(MINI)
 def test_real_mini_file_streams_to_the_same_questions() -> None:
     streamed = list(iter_questions(MINI))
     assert len(streamed) == 16

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import date, datetime
-from pathlib import Path
 
 import pytest
 
@@ -18,9 +17,10 @@ from lme.memory.dates import (
     format_resolved_line,
     resolve_relative_dates,
 )
+from shared_data import MINI, need
+
 from .date_cases import CASES, Case
 
-SHARED_DATA = Path(__file__).resolve().parents[3] / "shared/data/longmemeval"
 QUESTION_DAY = date(2023, 5, 30)
 
 
@@ -185,10 +185,7 @@ def test_format_resolved_line():
 
 @pytest.fixture(scope="module")
 def mini_questions():
-    path = SHARED_DATA / "longmemeval_s_cleaned_mini.json.xz"
-    if not path.exists():
-        pytest.skip(f"{path} not present")
-    return load_questions(path)
+    return load_questions(need(MINI))
 
 
 def test_rules_fire_on_real_messages_and_the_fast_scan_equals_the_full_scan(mini_questions):

@@ -26,11 +26,10 @@ from lme.cli.memory import (
     memory_row,
     view_overrides,
 )
+from shared_data import MINI, needs
 
 REPO = Path(__file__).resolve().parents[2]
-DATA_DIR = Path(__file__).resolve().parents[3] / "shared/data/longmemeval"
-MINI = DATA_DIR / "longmemeval_s_cleaned_mini.json.xz"
-needs_mini = pytest.mark.skipif(not MINI.exists(), reason=f"{MINI} is absent")
+needs_mini = needs(MINI)
 VIEW_READY = (REPO / "lme/memory/sessions.py").exists() and (CONF_DIR / "view/whole_sessions.yaml").exists()
 needs_view = pytest.mark.skipif(
     not VIEW_READY, reason="the whole-session view (lme/memory/sessions.py, conf/view/whole_sessions.yaml) is absent"

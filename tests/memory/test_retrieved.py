@@ -17,9 +17,7 @@ from lme.memory.base import Memory, MemoryBuilder
 from lme.memory.retrieved import RetrievedMemoryBuilder, pack_blocks
 from lme.retrieval.base import Ranking
 from lme.retrieval.fts5 import FTS5Retriever
-
-DATA_DIR = Path(__file__).resolve().parents[3] / "shared/data/longmemeval"
-MINI = DATA_DIR / "longmemeval_s_cleaned_mini.json.xz"
+from shared_data import MINI, needs
 FIRST_DAY = datetime(2023, 5, 20, 2, 21)  # a Saturday
 BLOCK = re.compile(r"^\[(s\d{4}:\d+)\] \d{4}-\d{2}-\d{2} \([A-Z][a-z]+day\) \d{2}:\d{2} (user|assistant): ", re.M)
 
@@ -220,7 +218,7 @@ def test_builder_rejects_unknown_turn_ids() -> None:
         RetrievedMemoryBuilder(FixedOrderRetriever(["s0000:0", "s0099:0"])).build(question)
 
 
-@pytest.mark.skipif(not MINI.exists(), reason=f"{MINI} is absent")
+@needs(MINI)
 def test_mini_file_memories_fit_the_budget() -> None:
     builder = RetrievedMemoryBuilder(FTS5Retriever())
     for question in load_questions(MINI):

@@ -4,16 +4,11 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timedelta
-from pathlib import Path
-
-import pytest
 
 from lme.data.records import Question, Session, Turn
 from lme.memory.sessions import CUT_MARK, WholeSessionView, content_scores, sessions_near_dates
 from lme.retrieval.base import Ranking
-
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "longmemeval"
-MINI = SHARED / "longmemeval_s_cleaned_mini.json.xz"
+from shared_data import MINI, needs
 
 
 class FixedOrder:
@@ -94,7 +89,7 @@ def test_sessions_near_dates_orders_by_distance_and_limits():
     assert sessions_near_dates(q.sessions, [(date(2023, 3, 10), date(2023, 3, 10))], 3, 1) == [2]
 
 
-@pytest.mark.skipif(not MINI.exists(), reason="shared mini file absent")
+@needs(MINI)
 def test_on_the_real_mini_set_views_fit_and_hold_whole_sessions():
     from lme.data.load import load_questions
     from lme.retrieval.fts5 import FTS5Retriever

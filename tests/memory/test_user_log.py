@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timedelta
-from pathlib import Path
 
 import pytest
 
@@ -14,9 +13,7 @@ from lme.errors import LmeError
 from lme.memory.user_log import UserLogMemoryBuilder, answered_user_turn, is_same_day
 from lme.retrieval.base import Ranking
 from lme.retrieval.fts5 import FTS5Retriever
-
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "longmemeval"
-MINI = SHARED / "longmemeval_s_cleaned_mini.json.xz"
+from shared_data import MINI, needs
 
 
 class FixedOrder:
@@ -136,7 +133,7 @@ def test_answered_user_turn_is_the_closest_earlier_user_message():
     assert answered_user_turn(session, 3) == "s0000:1"
 
 
-@pytest.mark.skipif(not MINI.exists(), reason="shared mini file absent")
+@needs(MINI)
 def test_on_the_real_mini_set_every_user_message_appears_verbatim_within_budget():
     from lme.data.load import load_questions
 

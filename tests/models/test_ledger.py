@@ -13,7 +13,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 from loopback import LoopbackServer
@@ -23,8 +22,7 @@ from lme.models.cache import CallCache
 from lme.models.gateway import Gateway, ModelSpec
 from lme.models.ledger import Budget, BudgetExhausted, Ledger
 from lme.models.pricing import max_call_cost
-
-MINI_S = Path(__file__).resolve().parents[3] / "shared" / "data" / "longmemeval" / "longmemeval_s_cleaned_mini.json.xz"
+from shared_data import MINI, needs
 
 pytestmark = pytest.mark.usefixtures("warm_litellm", "test_key")
 
@@ -214,14 +212,14 @@ def test_a_dollar_cap_reserves_the_counted_input_and_no_cap_the_byte_bound(tmp_p
     assert reserved["uncapped"] > reserved["capped"]
 
 
-@pytest.mark.skipif(not MINI_S.exists(), reason="the shared LongMemEval mini file is absent")
+@needs(MINI)
 def test_the_byte_bound_is_never_below_the_count_on_real_histories():
     """Every session of the mini S file as one prompt (English, code, other scripts, emoji): bytes as JSON
     bound the tokens gpt-4o-mini's tokenizer counts, framing included."""
     from lme.data.load import load_questions
     from lme.models.pricing import byte_bound_tokens, count_input_tokens
 
-    for question in load_questions(MINI_S)[:4]:
+    for question in load_questions(MINI)[:4]:
         for session in question.sessions:
             prompt = [{"role": "system", "content": "Answer."},
                       {"role": "user", "content": "\n".join(turn.content for turn in session.turns)}]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
@@ -21,9 +20,8 @@ from lme.models.offline import (
     extractive_answer,
     lexical_verdict,
 )
+from shared_data import TEMPLATES, need
 
-DATA_DIR = Path(__file__).resolve().parents[3] / "shared/data/longmemeval"
-REAL_TEMPLATES = DATA_DIR / "judge_templates.json"
 OFFLINE_CONF = lme.CONF_DIR / "judge/offline.yaml"
 
 MEMORY = "\n\n".join(
@@ -76,9 +74,7 @@ def test_content_words_drop_stopwords_and_stem():
 
 
 def _real_templates() -> dict[str, str]:
-    if not REAL_TEMPLATES.exists():
-        pytest.skip(f"{REAL_TEMPLATES} is absent")
-    return json.loads(REAL_TEMPLATES.read_text(encoding="utf-8"))["templates"]
+    return json.loads(need(TEMPLATES).read_text(encoding="utf-8"))["templates"]
 
 
 def _offline_templates() -> dict[str, str]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from embedding_data import MINI, mini_excerpt
+from embedding_data import mini_excerpt
 
 from lme.cli import run_subcommand
 from lme.data.load import load_questions
@@ -23,6 +23,7 @@ from lme.retrieval.embedding_cache import (
     export_embeddings,
     import_embeddings,
 )
+from shared_data import MINI, needs
 
 MODEL_A = "model-a"
 MODEL_B = "model-b"
@@ -45,7 +46,7 @@ def stored(path: Path) -> dict[str, bytes]:
 # -- the round trip with the real retriever -------------------------------------------------------
 
 
-@pytest.mark.skipif(not MINI.exists(), reason=f"{MINI} is absent")
+@needs(MINI)
 def test_an_imported_cache_ranks_as_the_exporting_one_without_loading_the_model(tmp_path: Path) -> None:
     questions = load_questions(mini_excerpt(tmp_path / "mini.json", questions=2, other_sessions=1))
     filled = DenseRetriever(model="minilm-packaged", device="cpu", cache_path=tmp_path / "a" / "e.sqlite",

@@ -33,12 +33,9 @@ from lme.retrieval.dense import (
 )
 from lme.retrieval.embedding_cache import CacheCounters, embedding_key
 from histories import make_question
+from shared_data import MINI, needs
 
-DATA_DIR = Path(__file__).resolve().parents[3] / "shared/data/longmemeval"
-MINI = DATA_DIR / "longmemeval_s_cleaned_mini.json.xz"
 MINILM_ID = PACKAGED_MODELS["minilm-packaged"].model_id
-
-
 
 
 HISTORY = [
@@ -389,7 +386,7 @@ MINI_QUESTIONS = 2  # ~500 turns each: about 15 s per question on 2 idle CPU cor
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not MINI.exists(), reason=f"{MINI} is absent")
+@needs(MINI)
 def test_recall_on_mini_file(minilm: SentenceTransformerEncoder, tmp_path: Path) -> None:
     questions = [question for question in load_questions(MINI) if not question.is_abstention][:MINI_QUESTIONS]
     dense = retriever(tmp_path, progress=False)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from pathlib import Path
 
 import pytest
 
@@ -21,11 +20,7 @@ from lme.retrieval.fts5 import (
     search,
 )
 from histories import make_question
-
-DATA_DIR = Path(__file__).resolve().parents[3] / "shared/data/longmemeval"
-MINI = DATA_DIR / "longmemeval_s_cleaned_mini.json.xz"
-
-
+from shared_data import MINI, needs
 
 
 FILLER = [
@@ -188,7 +183,7 @@ def test_the_index_keeps_no_copy_of_the_text() -> None:
         index.close()
 
 
-@pytest.mark.skipif(not MINI.exists(), reason=f"{MINI} is absent")
+@needs(MINI)
 def test_recall_at_100_on_mini_file() -> None:
     questions = load_questions(MINI)
     retriever = FTS5Retriever()
@@ -263,7 +258,7 @@ TRICKY = [
 WITH_NUL = [[("user", "a NUL \x00 byte in the middle of a bicycle message"), ("assistant", "fine")]]
 
 
-@pytest.mark.skipif(not MINI.exists(), reason=f"{MINI} is absent")
+@needs(MINI)
 def test_one_statement_index_equals_the_row_by_row_index() -> None:
     """Every token instance, row length, rowid and score is what one INSERT per turn into a table that stores the
     text gives, on tricky text (quotes, backslashes, JSON-like text, a NUL byte) and on real histories."""

@@ -34,11 +34,7 @@ from lme.retrieval.lucene import (  # noqa: E402
     temporary_environ,
     without_vector_module,
 )
-
-DATA_DIR = Path(__file__).resolve().parents[3] / "shared/data/longmemeval"
-MINI = DATA_DIR / "longmemeval_s_cleaned_mini.json.xz"
-
-
+from shared_data import MINI, needs  # noqa: E402
 
 
 FILLER = [
@@ -385,7 +381,7 @@ def test_config_selects_the_lucene_retriever(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not MINI.exists(), reason=f"{MINI} is absent")
+@needs(MINI)
 def test_recall_at_100_on_mini_file(tmp_path: Path, java_environment: dict) -> None:
     questions = load_questions(MINI)
     retriever = LuceneRetriever(index_dir=tmp_path)

@@ -15,6 +15,7 @@ import pytest
 from lme.errors import LmeError
 from lme.retrieval.dense import DenseRetriever, top_by_cosine
 from lme.retrieval.onnx_runtime import EXPORTS_ENV, check_runtime, export_dir, exports_root, runtime_suffix
+from shared_data import MINI, needs
 
 needs_onnx = pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None or importlib.util.find_spec("onnx") is None,
                                 reason="onnx / onnxruntime not installed (pip install -e .)")
@@ -168,12 +169,9 @@ def test_an_int8_file_that_gives_other_vectors_is_refused(tmp_path):
         assert not tables or db.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0] == 0
 
 
-MINI = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "longmemeval" / "longmemeval_s_cleaned_mini.json.xz"
-
-
 @needs_onnx
 @pytest.mark.slow  # one mini question ranked twice, 60 texts timed (~1-2 min)
-@pytest.mark.skipif(not MINI.is_file(), reason="the shared mini file is absent")
+@needs(MINI)
 def test_the_backends_benchmark_compares_speed_and_recall_side_by_side():
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
     import bench_backends

@@ -18,9 +18,8 @@ from lme.retrieval.base import Ranking
 from lme.cli.retrieval import main, markdown_tables, parse_ks
 from lme.retrieval.fts5 import FTS5Retriever
 from lme.retrieval.metrics import score_question, summarise
+from shared_data import MINI, needs
 
-DATA_DIR = Path(__file__).resolve().parents[3] / "shared/data/longmemeval"
-MINI = DATA_DIR / "longmemeval_s_cleaned_mini.json.xz"
 KS = (1, 5, 10, 50, 100)
 SEMANTIC_CONFIG = CONF_DIR / "retriever" / "semantic.yaml"
 
@@ -132,7 +131,7 @@ def test_markdown_tables_show_a_dash_where_a_group_has_no_evidence() -> None:
     assert "| single-session-assistant | 1 | 1.000 | 1.000 |" in text
 
 
-@pytest.mark.skipif(not MINI.exists(), reason="shared LongMemEval mini file not present")
+@needs(MINI)
 def test_json_on_the_real_mini_file() -> None:
     result = run_cli("+design=bm25", f"dataset.path={MINI}", "--json", "tracking.enabled=false")
     assert result.returncode == 0, result.stderr
@@ -216,6 +215,7 @@ def test_mlflow_run_holds_the_metrics_params_and_artifacts(tmp_path) -> None:
     assert len(rows) == 42 and sum(row["abstention"] for row in rows) == 5
 
 
+@needs(MINI)
 def test_user_turns_only_adds_longmemeval_s_own_measures_on_the_mini_file(capsys) -> None:
     """The official measures of the command equal those computed here from full user-turn rankings."""
     from lme.retrieval.metrics import user_turns_view
