@@ -46,7 +46,7 @@ def command(tmp: Path, url: str, *extra: str, run: str = "run") -> list[str]:
     return [
         sys.executable, "-m", "lme", "limit=6", "concurrency=2",
         f"tracking.uri=sqlite:///{tmp}/mlflow.db", f"tracking.artifact_location={tmp}/mlruns",
-        f"cache_dir={tmp}/cache", f"hydra.run.dir={tmp}/{run}", *models, *extra,
+        f"cache_dir={tmp}/cache", f"hydra.run.dir={tmp}/{run}", f"hydra.sweep.dir={tmp}/multirun", *models, *extra,
     ]
 
 
