@@ -20,11 +20,16 @@ nothing written, no `multirun/` or `outputs/` folder and no MLflow store or run:
 Each distinct thing is checked once: the seeds of a sweep share their models, judge, data file and record
 comparison (only the seed itself is checked per seed), and a sweep over designs checks each design.
 
-Measured (2 shared cores, the bundled sample, `reader=gpt5_mini` with OPENAI_API_KEY unset, `-m seed=1,2,3`):
-the refusal exits 2 after 1.5-1.9 s in all, of which composing the three configs is ~1 s and these checks a
-few milliseconds; nothing imports litellm while every paid model names its key's variable (`api_key_env`, as
-every bundled model option does). A paid model without `api_key_env` is checked by litellm's own
-`validate_environment`, as the job would, which imports litellm first (~2.5 s; the run imports it anyway).
+Measured (2 cores shared with other test runs, load 6-7; OPENAI_API_KEY unset): `+design=bm25 reader=gpt5_mini
+-m seed=1,2,3` on the bundled sample refuses in 1.2-3.3 s wall, ~1.5 s of CPU (before: 21.6 s and a FAILED
+parent run); the issue's `+design=pipeline setup=study instructions=study -m seed=1,2,3` with LME_DATA_DIR holding
+S, the templates and the instructions, 1.6 s of CPU (4.5-5.4 s wall at that load). Of that, composing the three
+configs is nearly all; these checks take ~10 ms there (S: its first bytes only) and ~50 ms for the sample, whose
+42 questions are parsed for the selection: what they add to a successful run's start. No litellm import while every
+paid model names its key's variable (`api_key_env`, as the OpenAI, Anthropic and Gemini options do). A paid model
+without one (`reader=local`: a local server) is checked by litellm's own `validate_environment`, as the job checks
+it, which imports litellm here (~2.5 s idle); the run needs it anyway, but it then no longer overlaps the data
+file's decompression in the job (up to ~2.5 s more start-up for a single run on S).
 """
 
 from __future__ import annotations
