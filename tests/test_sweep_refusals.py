@@ -39,7 +39,8 @@ def _env() -> dict[str, str]:
     return env
 
 
-def lme(*args: str, cwd: Path, env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess[str], float, float]:
+def lme(*args: str, cwd: Path, env: dict[str, str] | None = None
+        ) -> tuple[subprocess.CompletedProcess[str], float, float]:
     """`python -m lme ARGS` in `cwd` with a store in `cwd`: (the process, its wall seconds, its CPU seconds)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
@@ -89,7 +90,8 @@ CASES = {  # id: (overrides, a part of the sentence); {dir} is the test's folder
     "a memory writer's key": (["+design=pipeline", "memory=notes", "memory/writer@memory.model=gpt5_nano"],
                               "model openai/gpt-5-nano: the environment variable OPENAI_API_KEY"),
     "an embedding API's key": (["+design=pipeline", "retriever=semantic", "retriever.backend=litellm",
-                                "retriever.model=openai/text-embedding-3-small", "retriever.api_key_env=LME_NO_SUCH_KEY"],
+                                "retriever.model=openai/text-embedding-3-small",
+                                "retriever.api_key_env=LME_NO_SUCH_KEY"],
                                "embedding model semantic: environment variable LME_NO_SUCH_KEY is not set"),
     "no data file": (["+design=bm25", "dataset.path={dir}/missing.json"], "missing.json: file not found"),
     "data not an array": (["+design=bm25", "dataset.path={dir}/questions.json"],
@@ -162,7 +164,8 @@ def test_a_sweep_of_its_planned_seeds_passes_the_check(record):
 
     checks = BeforeRun()
     for seed in (1, 2):
-        checks.check(design_from_config(compose_config(["+design=bm25", "limit=4", f"prereg={record}", f"seed={seed}"])))
+        overrides = ["+design=bm25", "limit=4", f"prereg={record}", f"seed={seed}"]
+        checks.check(design_from_config(compose_config(overrides)))
     assert len(checks.records) == 1 and len(checks.ids) == 1  # one comparison, one selection, for two seeds
 
 
