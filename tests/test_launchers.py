@@ -25,6 +25,7 @@ DESIGNS = ("bm25", "first_pass")
 SEEDS = ("1", "2", "3")
 # first_pass with the FTS5 retriever: a second design with different answers and no embedding model to load
 SWEEP = ["+design=" + ",".join(DESIGNS), "retriever=fts5", "limit=16", "-m", "seed=" + ",".join(SEEDS)]
+RAY_EXTRA = 'the ray extra is not installed (pip install -e ".[ray]")'
 # per-job measures that must not depend on the launcher (call counts and costs do: jobs share a cache)
 JOB_MEASURES = ("accuracy", "task_averaged_accuracy", "abstention_accuracy", "n_correct", "n_questions")
 
@@ -133,8 +134,8 @@ def ray_cluster():
 
     `ray start` runs in the background while the next fixture (the basic launcher's sweep) runs;
     `ready()` waits for it and returns the cluster's address."""
-    pytest.importorskip("ray")
-    pytest.importorskip("hydra_plugins.hydra_ray_launcher")
+    pytest.importorskip("ray", reason=RAY_EXTRA)
+    pytest.importorskip("hydra_plugins.hydra_ray_launcher", reason=RAY_EXTRA)
     ray_bin = Path(sys.executable).with_name("ray")
     temp_dir = Path(tempfile.mkdtemp(prefix="lmeray", dir="/tmp"))  # short: Ray's socket paths have a length limit
     node_dir = temp_dir / "node"
@@ -229,7 +230,8 @@ def tracking_server(tmp_path_factory):
 
 @pytest.mark.slow
 def test_joblib_launcher_logging_to_a_tracking_server_gives_the_same_measures(tracking_server, reference, tmp_path):
-    pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher",
+                        reason='the joblib extra is not installed (pip install -e ".[joblib]")')
     launch = tmp_path / "launch"
     launch.mkdir()
     url = tracking_server["ready"]()
@@ -271,8 +273,9 @@ def test_with_a_tracking_server_a_relative_artifact_location_is_left_to_the_serv
 
 
 def test_launcher_configs_compose():
-    pytest.importorskip("hydra_plugins.hydra_ray_launcher")
-    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    pytest.importorskip("hydra_plugins.hydra_ray_launcher", reason=RAY_EXTRA)
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher",
+                        reason='the submitit extra is not installed (pip install -e ".[submitit]")')
     from hydra import compose, initialize_config_dir
 
     from lme.cli import CONF_DIR

@@ -232,7 +232,7 @@ def test_plan_change_is_named(plan, key, clean_code):
 
 def test_code_change_is_named_by_file_and_git_state_is_only_a_note(tmp_path):
     if not HAS_GIT:
-        pytest.skip("git is not installed")
+        pytest.skip("needs git, which is not installed (install git to run it)")
     package = checkout(tmp_path)
     stored = seal(record_of(FAST, code=code_version(package)))
     conf = package.parent / "conf" / "instructions" / "pipeline" / "calibration.txt"
@@ -246,7 +246,7 @@ def test_code_change_is_named_by_file_and_git_state_is_only_a_note(tmp_path):
 
 def test_a_record_and_its_folder_do_not_make_the_tree_dirty(tmp_path):
     if not HAS_GIT:
-        pytest.skip("git is not installed")
+        pytest.skip("needs git, which is not installed (install git to run it)")
     package = checkout(tmp_path)
     record = tmp_path / "prereg" / "bm25.yaml"
     record.parent.mkdir()
@@ -267,7 +267,7 @@ def test_a_record_and_its_folder_do_not_make_the_tree_dirty(tmp_path):
 
 def test_freeze_into_the_repository_then_verify_reports_a_clean_tree(tmp_path, monkeypatch, capsys):
     if not HAS_GIT:
-        pytest.skip("git is not installed")
+        pytest.skip("needs git, which is not installed (install git to run it)")
     import lme.prereg as prereg
 
     package = checkout(tmp_path / "repo")

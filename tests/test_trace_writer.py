@@ -144,7 +144,7 @@ def test_a_question_without_an_answer_is_an_error_trace_without_feedback(tmp_pat
     assert reader.status.status_code.value == "ERROR" and reader.outputs["error"] == "RateLimitError: slow down"
 
 
-@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads the helper's memory map (Linux)")
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads the helper's memory map in /proc: Linux only")
 def test_the_helper_started_early_imports_the_store_modules_before_any_job_and_is_the_jobs_helper(tmp_path):
     """`start_helper` (called while a study starts up) starts the helper and has it import MLflow's store
     modules at once, before any job hands it a trace; the first job's writer then uses that same process.

@@ -15,7 +15,7 @@ from hydra.utils import instantiate
 
 from lme.answer.reader import reader_payload
 from design_helpers import load_dataset
-from lme.cli import CONF_DIR, compose_config
+from lme.cli import compose_config
 from lme.errors import LmeError
 from lme.cli.memory import (
     MEMORY_FIELDS,
@@ -30,10 +30,6 @@ from shared_data import MINI, needs
 
 REPO = Path(__file__).resolve().parents[2]
 needs_mini = needs(MINI)
-VIEW_READY = (REPO / "lme/memory/sessions.py").exists() and (CONF_DIR / "view/whole_sessions.yaml").exists()
-needs_view = pytest.mark.skipif(
-    not VIEW_READY, reason="the whole-session view (lme/memory/sessions.py, conf/view/whole_sessions.yaml) is absent"
-)
 USER_LOG_INTS = ("header_bytes", "user_log_bytes", "user_messages", "resolved_date_lines", "replies", "reply_bytes")
 
 
@@ -112,7 +108,6 @@ def test_an_unknown_view_is_one_sentence():
         view_overrides([], "nosuchview")
 
 
-@needs_view
 def test_view_overrides_select_the_view_once():
     chosen = view_overrides(["limit=2"], "whole_sessions")
     assert "limit=2" in chosen and sum(item.lstrip("+").startswith("view=") for item in chosen) == 1
@@ -259,7 +254,6 @@ def test_question_with_json_reports_that_question_only(mini_memories):
 # -- the whole-session view -------------------------------------------------------------------------------
 
 
-@needs_view
 @needs_mini
 def test_view_json_and_text_on_the_mini_file():
     overrides = [f"dataset.path={MINI}", "limit=4"]

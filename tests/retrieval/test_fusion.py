@@ -7,15 +7,13 @@ import math
 import pytest
 from hydra.utils import instantiate
 
-from lme.cli import CONF_DIR, compose_config
+from lme.cli import compose_config
 from lme.data.records import Question
 from lme.errors import LmeError
 from lme.retrieval.base import Ranking, Retriever
 from lme.retrieval.fts5 import FTS5Retriever
 from lme.retrieval.fusion import FusedRetriever, rrf
 from histories import make_question
-
-SEMANTIC_CONFIG = CONF_DIR / "retriever" / "semantic.yaml"
 
 
 def ranking(*turn_ids: str, name: str = "r") -> Ranking:
@@ -133,7 +131,6 @@ def test_fused_retriever_refuses_bad_settings_in_one_sentence(kwargs, message) -
         FusedRetriever(**kwargs)
 
 
-@pytest.mark.skipif(not SEMANTIC_CONFIG.exists(), reason="retriever/semantic.yaml (the dense retriever) not present")
 def test_hybrid_design_composes_fts5_and_semantic_and_instantiates() -> None:
     cfg = compose_config(["+design=hybrid"])
     assert cfg.design_name == "hybrid"

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from lme.cli import CONF_DIR
 from lme.data.load import load_questions
 from lme.data.records import Question
 from lme.data.sample import SAMPLE_PATH
@@ -21,7 +20,6 @@ from lme.retrieval.metrics import score_question, summarise
 from shared_data import MINI, needs
 
 KS = (1, 5, 10, 50, 100)
-SEMANTIC_CONFIG = CONF_DIR / "retriever" / "semantic.yaml"
 
 
 class ReverseRetriever:
@@ -165,7 +163,6 @@ def test_bad_input_is_one_sentence_and_exit_2(tmp_path) -> None:
     assert "Traceback" not in bad_tokenizer.stderr
 
 
-@pytest.mark.skipif(not SEMANTIC_CONFIG.exists(), reason="retriever/semantic.yaml not present")
 def test_hybrid_design_with_a_local_second_retriever(capsys) -> None:
     args = ["+design=hybrid", "~retriever.retrievers.semantic",
             f"+retriever.retrievers.reverse._target_={__name__}.ReverseRetriever", "tracking.enabled=false", "--json"]
