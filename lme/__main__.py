@@ -18,7 +18,9 @@ if __name__ == "__main__":  # Ctrl-C while Hydra and lme import: one line, not a
 def entry() -> None:
     """`python -m lme` and the `lme` script: a subcommand, or a Hydra run."""
     from lme.cli import main as cli_main
+    from lme.progress import quiet_library_bars
 
+    quiet_library_bars()  # before any library is imported: only lme's own bars and lines show
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `python -m lme --help | head` ends quietly, as a command should
     signal.signal(signal.SIGINT, signal.default_int_handler)  # from here, KeyboardInterrupt: each stage says what it kept
     try:

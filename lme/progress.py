@@ -27,6 +27,10 @@ resumed job's earlier questions do not inflate it); the ETA is what is left at
 that rate. `update()` costs a lock and a clock read, a microsecond or so.
 
 `LME_PROGRESS_INTERVAL_S` overrides the 30 s default interval (tests use 0.2).
+
+A terminal that reports no width (a pseudo-terminal whose size was never set) gets bars 80 columns wide.
+The libraries' own bars (huggingface_hub, transformers' "Loading weights") are turned off
+(`quiet_library_bars`, at lme's start and when a model loads), so only lme's bars and lines show.
 """
 
 from __future__ import annotations
@@ -96,6 +100,39 @@ def _is_tty(stream: Any) -> bool:
         return bool(stream.isatty())
     except (AttributeError, ValueError, OSError):  # no isatty, or a closed stream
         return False
+
+
+FALLBACK_COLUMNS, FALLBACK_ROWS = 80, 24  # a bar's room on a terminal that reports no size
+
+
+def _columns(stream: Any) -> int:
+    """The terminal's width in columns; 0 when it reports none (a pseudo-terminal whose size was never set,
+    as some terminal emulators and tools open, says 0 x 0: tqdm drew nothing there, not even the count)."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, ValueError, OSError):
+        return 0
+
+
+# Libraries' own progress bars (huggingface_hub's downloads, transformers' "Loading weights"), which would
+# draw over lme's bars and lines; lme says what a job does itself.
+LIBRARY_BARS_ENV = "HF_HUB_DISABLE_PROGRESS_BARS"
+
+
+def quiet_library_bars() -> None:
+    """Turn the libraries' own progress bars off for this process and the processes it starts: huggingface_hub's
+    (and so transformers', which follows it) through `HF_HUB_DISABLE_PROGRESS_BARS=1`, and, when they are imported
+    already, through their switches. lme's own bars (tqdm directly) are not affected. A user who set
+    `HF_HUB_DISABLE_PROGRESS_BARS` keeps that setting. Imports nothing."""
+    if os.environ.get(LIBRARY_BARS_ENV, "").strip() not in ("", "1"):
+        return
+    os.environ[LIBRARY_BARS_ENV] = "1"
+    hub = sys.modules.get("huggingface_hub.utils")
+    if hub is not None and callable(getattr(hub, "disable_progress_bars", None)):
+        hub.disable_progress_bars()
+    transformers_logging = sys.modules.get("transformers.utils.logging")
+    if transformers_logging is not None and callable(getattr(transformers_logging, "disable_progress_bar", None)):
+        transformers_logging.disable_progress_bar()
 
 
 # ------------------------------------------------------------------------------------------ formatting
@@ -186,7 +223,9 @@ class Progress:
             tqdm = _tqdm_class()
             options: dict[str, Any] = {"unit": "B", "unit_scale": True, "unit_divisor": 1000} if unit == BYTES else {
                 "unit": f" {unit}"}
-            self._bar = tqdm(total=total, initial=initial, desc=label, file=stream, dynamic_ncols=True, **options)
+            width: dict[str, Any] = ({"dynamic_ncols": True} if _columns(stream) > 0
+                                     else {"ncols": FALLBACK_COLUMNS, "nrows": FALLBACK_ROWS})
+            self._bar = tqdm(total=total, initial=initial, desc=label, file=stream, **width, **options)
         elif mode == "lines" and interval_s > 0:
             self._thread = threading.Thread(target=self._tick, name="lme-progress", daemon=True)
             self._thread.start()

@@ -323,3 +323,141 @@ def test_write_puts_a_line_above_the_bar_or_in_the_stream() -> None:
         with progress("[x]", 2, "questions", enabled=enabled, stream=plain, interval_s=30) as shown:
             shown.write(f"line while enabled={enabled}")
     assert plain.getvalue() == "line while enabled=True\nline while enabled=False\n"
+
+
+# ---------------------------------------------------------------------------------------------- in a terminal
+
+LIBRARY_BAR_TEXT = ("Loading weights", "Batches", "it/s]")  # transformers', sentence-transformers', tqdm's default
+
+
+def run_in_terminal(argv: list[str], env: dict[str, str], cwd, timeout: float = 600) -> str:
+    """`argv`'s output (stdout and stderr) as a terminal shows it: the process runs on a pseudo-terminal whose
+    size was never set (0 x 0, as some terminals and tools open one)."""
+    import os
+    import pty
+    import select
+    import subprocess
+
+    master, slave = pty.openpty()
+    process = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, cwd=cwd, close_fds=True)
+    os.close(slave)
+    chunks, deadline = [], time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 1.0)
+            if not ready:
+                if process.poll() is not None:
+                    break
+                continue
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the process closed the terminal
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(master)
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=30)
+    assert process.returncode == 0, b"".join(chunks).decode("utf-8", "replace")[-3000:]
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def _lme_env(**extra: str) -> dict[str, str]:
+    import os
+
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("LME_", "OPENAI", "HF_HUB_DISABLE_PROGRESS", "TQDM_"))}
+    return {**env, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "HF_HUB_OFFLINE": "1", **extra}
+
+
+def test_a_terminal_that_reports_no_size_still_gets_a_bar() -> None:
+    import os
+    import pty
+    import select
+
+    master, slave = pty.openpty()  # never sized: 0 x 0, where tqdm drew nothing at all
+    assert os.get_terminal_size(slave).columns == 0
+    with os.fdopen(slave, "w", encoding="utf-8") as stream:
+        with progress("[bm25 seed=1]", 4, "questions", stream=stream) as shown:
+            assert shown.mode == "bar"
+            for _ in range(4):
+                shown.update()
+        stream.flush()
+    text = ""
+    while select.select([master], [], [], 0.5)[0]:  # everything the bar wrote
+        try:
+            text += os.read(master, 65536).decode("utf-8", "replace")
+        except OSError:  # EIO: nothing more
+            break
+    os.close(master)
+    assert "[bm25 seed=1]" in text and "4/4" in text and "100%" in text, repr(text)
+
+
+def test_library_bars_are_off_and_a_users_setting_is_kept(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    code = ("import os, sys; from lme.progress import quiet_library_bars; quiet_library_bars(); "
+            "import huggingface_hub.utils as hub, transformers.utils.logging as tl; "
+            "print(os.environ['HF_HUB_DISABLE_PROGRESS_BARS'], hub.are_progress_bars_disabled(), "
+            "tl.is_progress_bar_enabled())")
+    quiet = subprocess.run([sys.executable, "-c", code], env=_lme_env(), capture_output=True, text=True, timeout=120)
+    assert quiet.stdout.split() == ["1", "True", "False"], quiet.stderr
+    kept = subprocess.run([sys.executable, "-c", code], env=_lme_env(HF_HUB_DISABLE_PROGRESS_BARS="0"),
+                          capture_output=True, text=True, timeout=120)
+    assert kept.stdout.split() == ["0", "False", "True"], kept.stderr
+    # imported first, then turned off: the switches, not only the variable
+    late = ("import huggingface_hub.utils as hub, transformers.utils.logging as tl; "
+            "from lme.progress import quiet_library_bars; quiet_library_bars(); "
+            "print(hub.are_progress_bars_disabled(), tl.is_progress_bar_enabled())")
+    late = subprocess.run([sys.executable, "-c", late], env=_lme_env(), capture_output=True, text=True, timeout=120)
+    assert late.stdout.split() == ["True", "False"], late.stderr
+
+
+SEMANTIC_SWEEP = ["+design=semantic", "-m", "seed=1,2", "limit=4", "embedding.backend=torch", "embedding.precision=fp32",
+                  "tracking.enabled=false"]
+
+
+@pytest.mark.slow
+def test_a_sweep_in_a_terminal_shows_the_embedding_then_a_bar_per_job_and_a_line_per_finished_job(tmp_path) -> None:
+    import sys
+
+    argv = [sys.executable, "-m", "lme", *SEMANTIC_SWEEP, f"cache_dir={tmp_path / 'cache'}",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    text = run_in_terminal(argv, _lme_env(), cwd=tmp_path)
+    for library in LIBRARY_BAR_TEXT:
+        assert library not in text, (library, text[-3000:])
+    embedding = text.find("[semantic seed=1] semantic: embedding turns with minilm-packaged")
+    first_bar = text.find("[semantic seed=1]: ")  # tqdm writes the label, a colon, the bar
+    assert 0 <= embedding < first_bar, text[-3000:]  # the job's embedding is shown before its questions bar
+    for seed in (1, 2):
+        bar = text[text.find(f"[semantic seed={seed}]: "):]
+        assert "4/4" in bar.split("\n", 1)[0] and "questions/s" in bar.split("\n", 1)[0], text[-3000:]
+        assert text.count(f"design semantic, seed {seed}: accuracy ") == 1  # its line once it finished
+    assert text.count("these scores measure the stand-ins, not the design") == 2  # once in each job's summary
+
+
+@pytest.mark.slow
+def test_off_a_terminal_a_job_reports_its_embedding_before_its_questions(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "lme", *SEMANTIC_SWEEP, f"cache_dir={tmp_path / 'cache'}",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    result = subprocess.run(argv, env=_lme_env(LME_PROGRESS_INTERVAL_S="0"), cwd=tmp_path, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [line for line in result.stderr.splitlines() if line.startswith("lme: [semantic seed=1]")]
+    embedding = [i for i, line in enumerate(lines) if " semantic: embedding turns with minilm-packaged " in line]
+    questions = [i for i, line in enumerate(lines) if re.search(r" \d+/4 questions \(", line)]
+    assert embedding and questions and max(embedding) < min(questions), lines
+    assert re.search(r"embedding turns with minilm-packaged (\d+)/\1 texts \(100\.0%\), .* in \S+$",
+                     lines[max(embedding)]), lines
+    for library in LIBRARY_BAR_TEXT:
+        assert library not in result.stderr
+    assert [line for line in result.stdout.splitlines() if line.startswith("design semantic, seed ")] == [
+        line for line in result.stdout.splitlines() if re.match(r"design semantic, seed [12]: accuracy ", line)]
+    assert len(re.findall(r"^design semantic, seed [12]: accuracy ", result.stdout, re.M)) == 2

@@ -48,11 +48,10 @@ def _parser() -> Any:
 
 
 def semantic_parts(retriever: Any) -> list[Any]:
-    """The retrievers within `retriever` (itself, or a fused retriever's parts, recursively) that embed
-    texts through a cache (they have `prepare` and `cache`)."""
-    if callable(getattr(retriever, "prepare", None)) and getattr(retriever, "cache", None) is not None:
-        return [retriever]
-    return [found for part in getattr(retriever, "retrievers", ()) or () for found in semantic_parts(part)]
+    """`lme.retrieval.dense.semantic_parts` (imported when called: numpy and the retrieval code load then)."""
+    from lme.retrieval.dense import semantic_parts as parts
+
+    return parts(retriever)
 
 
 def _groups(questions: Iterable[Any], size: int) -> Iterator[list[Any]]:

@@ -41,6 +41,7 @@ import numpy as np
 
 from lme.data.records import Question
 from lme.errors import LmeError, first_line
+from lme.progress import quiet_library_bars
 from lme.retrieval.base import Ranking
 from lme.retrieval.embedding_cache import (
     CacheCounters,
@@ -150,6 +151,7 @@ def load_sentence_transformer(
             from sentence_transformers import SentenceTransformer
 
             logging.getLogger("sentence_transformers").setLevel(logging.WARNING)
+            quiet_library_bars()  # no "Loading weights" bar from transformers: lme's bars say what happens
             try:
                 with hub_off() if local_only else nullcontext():
                     model = SentenceTransformer(
@@ -372,6 +374,14 @@ class _Stopped(Exception):
         self.results = results
 
 
+def semantic_parts(retriever: Any) -> list[Any]:
+    """The retrievers within `retriever` (itself, or a fused retriever's parts, recursively) that embed
+    texts through a cache (they have `prepare` and `cache`)."""
+    if callable(getattr(retriever, "prepare", None)) and getattr(retriever, "cache", None) is not None:
+        return [retriever]
+    return [found for part in getattr(retriever, "retrievers", ()) or () for found in semantic_parts(part)]
+
+
 def attach_gateway(retriever: Any, gateway: Any) -> None:
     """Send the embedding API calls of `retriever` (a `DenseRetriever` with the litellm backend, or a fused
     retriever holding one) through `gateway`; any other retriever is left as it is."""
@@ -476,8 +486,11 @@ class DenseRetriever:
             description=self.progress_label(description),
         )
 
-    def prepare(self, questions: Iterable[Question]) -> None:
-        """Encode and cache every turn and question text of `questions` in one batched pass (with progress)."""
+    def prepare(self, questions: Iterable[Question], label: str = "", min_texts: int | None = None) -> None:
+        """Encode and cache every turn and question text of `questions` in one batched pass (with progress).
+
+        `label` goes before the progress's own (`[hybrid seed=1] semantic: embedding turns with ...`);
+        `min_texts`: show progress from this many texts to encode (default: the cache's threshold)."""
         questions = list(questions)
         for texts, prompt, description in (
             ([turn.content for question in questions for turn in question.turns()], self.document_prompt, "turns"),
@@ -486,7 +499,8 @@ class DenseRetriever:
             self.cache.ensure(
                 texts, self.model_id, prompt, lambda batch, prompt=prompt: self.encoder.encode(batch, prompt),
                 chunk_texts=self.batch_size * CHUNK_BATCHES, progress=self.progress,
-                description=self.progress_label(description),
+                description=f"{label} {self.progress_label(description)}".strip(),
+                **({"min_texts": min_texts} if min_texts is not None else {}),
             )
 
     def rank(self, question: Question, top_k: int) -> Ranking:

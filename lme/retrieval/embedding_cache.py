@@ -249,17 +249,20 @@ class EmbeddingCache:
         chunk_texts: int = DEFAULT_CHUNK_TEXTS,
         progress: bool | None = None,
         description: str = "embedding",
+        min_texts: int | None = None,
     ) -> None:
         """Encode and store the texts of `texts` not yet cached, without reading any vector back.
 
-        For warming the cache over a whole dataset in one batched pass.
+        For warming the cache over a whole dataset in one batched pass. `min_texts`: with `progress` None,
+        progress is shown for at least this many texts to encode (None: PROGRESS_MIN_TEXTS; a job's preparation: 1).
         """
         make_key = KeyMaker(model_id, prompt)
         distinct = {make_key(text): text for text in texts}
         present = self.present(list(distinct))
         missing = [key for key in distinct if key not in present]
         self._count(requested=len(texts), hits=len(distinct) - len(missing))
-        for _ in self._encode_missing(distinct, missing, model_id, encode, chunk_texts, progress, description):
+        for _ in self._encode_missing(distinct, missing, model_id, encode, chunk_texts, progress, description,
+                                      min_texts):
             pass
 
     def _count(self, requested: int = 0, hits: int = 0, encoded: int = 0) -> None:
@@ -277,6 +280,7 @@ class EmbeddingCache:
         chunk_texts: int,
         progress: bool | None,
         description: str,
+        min_texts: int | None = None,
     ) -> Iterator[tuple[str, np.ndarray]]:
         """Encode the `missing` keys' texts longest first, chunk by chunk, storing each chunk as it completes."""
         if chunk_texts < 1:
@@ -284,7 +288,8 @@ class EmbeddingCache:
         if not missing:
             return
         missing = sorted(missing, key=lambda key: len(distinct[key]), reverse=True)
-        show = progress if progress is not None else len(missing) >= PROGRESS_MIN_TEXTS
+        show = progress if progress is not None else len(missing) >= (
+            PROGRESS_MIN_TEXTS if min_texts is None else min_texts)
         from concurrent.futures import Future, ThreadPoolExecutor
 
         # Each chunk is written by a helper thread while the next one is encoded (at most one write
