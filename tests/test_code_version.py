@@ -41,6 +41,7 @@ def test_a_runs_tags_name_its_commit_and_package_versions(tmp_path):
     from mlflow.tracking import MlflowClient
 
     settings = TrackingSettings(uri=f"sqlite:///{tmp_path}/mlflow.db", artifact_location=str(tmp_path / "mlruns"))
+    provenance.code_tags.cache_clear()  # read now, as the checkout is now (the cache lasts a process)
     run = JobRun(settings, "a-run", {"lme.role": "retrieval"})  # every kind of run: jobs, parents, retrieval, reports
     run.finish()
     tags = MlflowClient(settings.uri).get_run(run.run_id).data.tags
