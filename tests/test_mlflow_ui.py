@@ -109,6 +109,12 @@ def test_the_ui_serves_the_runs_view_with_metric_columns_within_15_s_offline(sto
                                                   f"tags.`mlflow.prompt.run_ids` ILIKE \"%{run['info']['run_id']}%\""})
         read = json.loads(_get(f"{base}/api/2.0/mlflow/model-versions/search?{query}")[1])["model_versions"]
         assert sorted(v["name"] for v in read) == sorted(f"lme-pipeline-{step}" for step in steps)
+        # On a tracking server (this one, by its address) nothing is started: its address is printed.
+        other = subprocess.run([sys.executable, "-m", "lme", "ui", f"tracking.uri={base}"], cwd=where, env=_env(),
+                               capture_output=True, text=True, timeout=120)
+        assert other.returncode == 0, other.stderr[-2000:]
+        assert other.stdout.strip() == (f"MLflow UI on {base}: open {base}/#/experiments/{experiment_id}/runs?"
+                                        "viewStateShareKey=lme (design, dataset, seed, accuracy per run)")
         assert elapsed < START_LIMIT_S, f"the runs view took {elapsed:.1f} s"
     finally:
         ui.send_signal(signal.SIGINT)  # Ctrl-C
