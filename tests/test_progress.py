@@ -454,6 +454,8 @@ def test_off_a_terminal_a_job_reports_its_embedding_before_its_questions(tmp_pat
     embedding = [i for i, line in enumerate(lines) if " semantic: embedding turns with minilm-packaged " in line]
     questions = [i for i, line in enumerate(lines) if re.search(r" \d+/4 questions \(", line)]
     assert embedding and questions and max(embedding) < min(questions), lines
+    loading = [i for i, line in enumerate(lines) if re.search(r"minilm-packaged: loading the model for \d+ texts$", line)]
+    assert len(loading) == 1 and loading[0] < min(embedding), lines  # the load first: the rate and ETA are encoding's
     assert re.search(r"embedding turns with minilm-packaged (\d+)/\1 texts \(100\.0%\), .* in \S+$",
                      lines[max(embedding)]), lines
     for library in LIBRARY_BAR_TEXT:

@@ -496,11 +496,12 @@ class DenseRetriever:
             ([turn.content for question in questions for turn in question.turns()], self.document_prompt, "turns"),
             ([question.question for question in questions], self.query_prompt, "questions"),
         ):
+            # a local model not loaded yet is loaded before the progress starts (an API encoder has none)
+            load = None if getattr(self.encoder, "loaded", True) else getattr(self.encoder, "load", None)
             self.cache.ensure(
                 texts, self.model_id, prompt, lambda batch, prompt=prompt: self.encoder.encode(batch, prompt),
                 chunk_texts=self.batch_size * CHUNK_BATCHES, progress=self.progress,
-                description=f"{label} {self.progress_label(description)}".strip(),
-                **({"min_texts": min_texts} if min_texts is not None else {}),
+                description=f"{label} {self.progress_label(description)}".strip(), min_texts=min_texts, load=load,
             )
 
     def rank(self, question: Question, top_k: int) -> Ranking:

@@ -31,6 +31,7 @@ import hashlib
 import json
 import os
 import sqlite3
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from lme.errors import LmeError
+from lme.progress import is_enabled as progress_enabled
 from lme.progress import progress as progress_display
 from lme.sqlite import attached, connect, immediate, insert_missing
 
@@ -250,11 +252,14 @@ class EmbeddingCache:
         progress: bool | None = None,
         description: str = "embedding",
         min_texts: int | None = None,
+        load: Callable[[], object] | None = None,
     ) -> None:
         """Encode and store the texts of `texts` not yet cached, without reading any vector back.
 
         For warming the cache over a whole dataset in one batched pass. `min_texts`: with `progress` None,
         progress is shown for at least this many texts to encode (None: PROGRESS_MIN_TEXTS; a job's preparation: 1).
+        `load` (the encoder's model), when there is something to encode, is called before the progress starts, with
+        a line saying so where progress shows: its rate and ETA are the encoding's, not the model's load.
         """
         make_key = KeyMaker(model_id, prompt)
         distinct = {make_key(text): text for text in texts}
@@ -262,7 +267,7 @@ class EmbeddingCache:
         missing = [key for key in distinct if key not in present]
         self._count(requested=len(texts), hits=len(distinct) - len(missing))
         for _ in self._encode_missing(distinct, missing, model_id, encode, chunk_texts, progress, description,
-                                      min_texts):
+                                      min_texts, load):
             pass
 
     def _count(self, requested: int = 0, hits: int = 0, encoded: int = 0) -> None:
@@ -281,6 +286,7 @@ class EmbeddingCache:
         progress: bool | None,
         description: str,
         min_texts: int | None = None,
+        load: Callable[[], object] | None = None,
     ) -> Iterator[tuple[str, np.ndarray]]:
         """Encode the `missing` keys' texts longest first, chunk by chunk, storing each chunk as it completes."""
         if chunk_texts < 1:
@@ -290,6 +296,10 @@ class EmbeddingCache:
         missing = sorted(missing, key=lambda key: len(distinct[key]), reverse=True)
         show = progress if progress is not None else len(missing) >= (
             PROGRESS_MIN_TEXTS if min_texts is None else min_texts)
+        if load is not None:
+            if show and progress_enabled():
+                print(f"lme: {description}: loading the model for {len(missing):,} texts", file=sys.stderr, flush=True)
+            load()
         from concurrent.futures import Future, ThreadPoolExecutor
 
         # Each chunk is written by a helper thread while the next one is encoded (at most one write
