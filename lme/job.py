@@ -468,7 +468,8 @@ def offline_stand_ins(*specs: Any) -> list[str]:
 def print_summary(design: str, seed: int, judge: str, official: bool, metrics: Mapping[str, float],
                    out_dir: Path, run_id: str | None, stand_ins: Sequence[str] = ()) -> None:
     """The job's lines on stdout: accuracy and failures, calls and cost, where the outcomes are; with
-    `stand_ins` (the offline models that answered or judged), once, that its scores say nothing about the design."""
+    `stand_ins` (the offline models that answered or judged), once per process, that its scores say nothing
+    about the design."""
     judge_note = "" if official else " (offline stand-in, not the LongMemEval judge)"
     failures = failures_line(metrics)
     lines = [
@@ -482,8 +483,12 @@ def print_summary(design: str, seed: int, judge: str, official: bool, metrics: M
         + f"; outcomes in {out_dir}"
         + (f"; MLflow run {run_id}" if run_id else ""),
     ]
-    if stand_ins:
+    if stand_ins and tuple(stand_ins) not in _STAND_INS_NOTED:  # once per process: a sweep's jobs say it once
         from lme.models.offline import stand_ins_note
 
+        _STAND_INS_NOTED.add(tuple(stand_ins))
         lines.append(f"  {stand_ins_note(stand_ins)}.")
     print("\n".join(lines), flush=True)
+
+
+_STAND_INS_NOTED: set[tuple[str, ...]] = set()  # the stand-ins whose note this process has printed

@@ -4,9 +4,10 @@ folder, on the bundled sample, with a temporary MLflow store named; exit 2 and o
 single run takes to refuse.
 
 Time: each refusal's CPU time (the child's user + system time, which other processes on a loaded machine do not
-inflate) is under `CPU_LIMIT_S` = 3 s, the issue's target; its wall time under `WALL_LIMIT_S` = 6 s, the margin for
-a machine busy with other work (on 2 shared cores with other test runs beside it, a 3-seed sweep's refusal took
-1.2-3.3 s wall and ~1.5 s CPU; before this check it took 14-25 s and left a FAILED parent run).
+inflate) is under `CPU_LIMIT_S` = 3 s, the issue's target; its wall time under `WALL_LIMIT_S` = 20 s, which only
+catches a refusal that waits on something (a retry, the network, a lock): wall time on a machine busy with other
+work says little (on 2 shared cores with other test runs beside it, a 3-seed sweep's refusal took 1.2-3.3 s wall and
+~1.5 s CPU; before this check it took 14-25 s and left a FAILED parent run).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import pytest
 from lme.data.sample import SAMPLE_PATH
 
 CPU_LIMIT_S = 3.0
-WALL_LIMIT_S = 6.0
+WALL_LIMIT_S = 20.0
 SWEEP = ["-m", "seed=1,2,3"]
 KEPT_ENV = ("LME_MLFLOW_TEMPLATES", "LME_ONNX_DIR")  # this test process's own folders (tests/conftest.py)
 
