@@ -15,6 +15,11 @@ import shutil
 import tempfile
 
 os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+# The hub's offline switches are the user's shell's, not the tests': a test that needs one sets it itself. Left
+# on, HF_HUB_OFFLINE=1 (which the README suggests for offline work) made the fetch tests' loopback hub unreachable
+# (15 failures); huggingface_hub reads it once, on import, so it goes before any test module imports it.
+for _switch in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+    os.environ.pop(_switch, None)
 
 
 def _folder_of_this_process(env: str, prefix: str) -> None:

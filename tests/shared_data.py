@@ -92,7 +92,7 @@ def summary(skipped: int, environ: Mapping[str, str] = os.environ) -> str:
     if absent and len(absent) < len(FILES):  # some of the data: name what is not there
         return (f"lme: {tests}: they need the real LongMemEval test data, and {where} lacks {', '.join(absent)}; "
                 f"set {ENV}=DIR to a folder that has them to run them.")
-    if environ.get(ENV):
+    if absent and environ.get(ENV):
         return (f"lme: {tests}: they need the real LongMemEval test data, which {where} does not hold; "
                 f"set {ENV}=DIR to a folder like ../shared/data to run them.")
     return f"lme: {tests}: they need the real LongMemEval test data; set {ENV}=DIR to run them."
