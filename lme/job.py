@@ -27,6 +27,7 @@ from lme.design import Design, plain
 from lme.errors import EXIT_BUDGET, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_SYSTEMIC
 from lme.hashing import file_sha256_known, sha256_json
 from lme.heap import freeze_long_lived
+from lme.judge import JudgeLabel
 from lme.measures import run_measures
 from lme.models.cache import CallCache
 from lme.models.gateway import Gateway, SystemicFailure, preflight
@@ -308,7 +309,8 @@ def _run_job(design: Design) -> dict[str, float]:
                     "lme.dataset": dataset_name,
                     "lme.seed": str(seed),
                     "lme.judge": judge.name,
-                    "lme.judge_official": str(judge.official).lower(),
+                    "lme.judge_official": str(judge.official).lower(),  # LongMemEval's templates (judge.official)
+                    "lme.judge_description": judge.label.text,  # the LongMemEval judge only on its protocol's model
                     "lme.reader": reader.name,
                     **({"mlflow.note.content": design.description} if design.description else {}),
                     **prereg_tags,
@@ -400,7 +402,7 @@ def _run_job(design: Design) -> dict[str, float]:
         print(stop[1], file=sys.stderr, flush=True)
         note_stop(status, failure or "stopped")  # a multirun parent ends with the job's reason
         raise SystemExit(stop[0])
-    print_summary(name, seed, judge.name, judge.official, metrics, out_dir, tracker.run_id if tracker else None,
+    print_summary(name, seed, judge.name, judge.label, metrics, out_dir, tracker.run_id if tracker else None,
                   stand_ins=offline_stand_ins(reader.model, judge.model))
     if tracker is not None and not os.environ.get(PARENT_ENV):  # a sweep's parent prints it once, at the end
         print(f"MLflow: {ui_hint(design.tracking, tracker.experiment_id)} (design, dataset, seed, accuracy per run)",
@@ -465,12 +467,13 @@ def offline_stand_ins(*specs: Any) -> list[str]:
     return list(dict.fromkeys(spec.model for spec in specs if getattr(spec, "is_offline", False)))
 
 
-def print_summary(design: str, seed: int, judge: str, official: bool, metrics: Mapping[str, float],
+def print_summary(design: str, seed: int, judge: str, label: JudgeLabel, metrics: Mapping[str, float],
                    out_dir: Path, run_id: str | None, stand_ins: Sequence[str] = ()) -> None:
-    """The job's lines on stdout: accuracy and failures, calls and cost, where the outcomes are; with
-    `stand_ins` (the offline models that answered or judged), once per process, that its scores say nothing
+    """The job's lines on stdout: accuracy and failures, calls and cost, where the outcomes are, and which judge
+    (`label`: nothing added for the LongMemEval judge, its description for any other);
+    with `stand_ins` (the offline models that answered or judged), once per process, that its scores say nothing
     about the design."""
-    judge_note = "" if official else " (offline stand-in, not the LongMemEval judge)"
+    judge_note = "" if label.kind == "longmemeval" else f" ({label.text})"
     failures = failures_line(metrics)
     lines = [
         f"design {design}, seed {seed}: accuracy {metrics['accuracy']:.3f} "

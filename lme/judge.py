@@ -68,9 +68,59 @@ class Verdict:
         return self.call.error if self.call is not None and not self.call.ok else None
 
 
+PROTOCOL_JUDGE_MODEL = "gpt-4o-2024-08-06"  # the model LongMemEval's evaluate_qa.py judges with
+STUDY_JUDGE = ("longmemeval-study", "gpt-4o")  # the reference study's judge (judge=longmemeval_study): name, model
+
+
+@dataclass(frozen=True)
+class JudgeLabel:
+    """Which judge made a run's verdicts, in words (`describe_judge`). `kind`: `longmemeval` (LongMemEval's templates
+    on its protocol's model: the LongMemEval judge), `study` (the reference study's judge on the gpt-4o alias),
+    `templates` (LongMemEval's templates on another model), `own` (other templates on a model), `stand-in` (offline)."""
+
+    name: str
+    model: str | None  # the judge's model id as configured; None when the run did not record it
+    kind: str
+    text: str
+
+    @property
+    def official(self) -> bool:
+        """LongMemEval's templates on the model its protocol (or the reference study's) names."""
+        return self.kind in ("longmemeval", "study")
+
+
+def describe_judge(name: str, official: bool, model: str | None, offline: bool) -> JudgeLabel:
+    """A judge in words, from its name, whether it reads LongMemEval's own templates (`judge.official`), its model
+    id and whether that model is an offline stand-in. Only LongMemEval's templates on `gpt-4o-2024-08-06` are the
+    LongMemEval judge; the same templates on any other model are said to be judged by that model. `model` None
+    (a run that did not record `judge.model`): the templates flag alone decides, as before models were told apart."""
+    bare = model.removeprefix("openai/") if model else None
+    if offline or (model is None and not official):
+        kind, text = "stand-in", "an offline stand-in, NOT the LongMemEval judge"
+    elif not official:
+        kind, text = "own", f"its own templates judged by {model}, NOT the LongMemEval judge"
+    elif model is None or bare == PROTOCOL_JUDGE_MODEL:
+        kind, text = "longmemeval", "the LongMemEval judge"
+    elif (name, bare) == STUDY_JUDGE:
+        kind, text = "study", "LongMemEval's templates on the gpt-4o alias: the reference study's protocol"
+    else:
+        kind, text = "templates", (f"LongMemEval's templates judged by {model}, not the official judge model "
+                                   f"({PROTOCOL_JUDGE_MODEL})")
+    return JudgeLabel(name=name, model=model, kind=kind, text=text)
+
+
+def recorded_judge(name: str, official: bool, model: str | None) -> JudgeLabel:
+    """A logged run's judge: its tags `lme.judge`, `lme.judge_official` and its param `judge.model` (None when the run
+    did not log it)."""
+    from lme.models.offline import OFFLINE_PROVIDER
+
+    return describe_judge(name, official, model, offline=bool(model) and model.startswith(OFFLINE_PROVIDER + "/"))
+
+
 @dataclass(frozen=True)
 class Judge:
-    """A judge: a model, a template set, and whether it is the LongMemEval judge."""
+    """A judge: a model, a template set, and whether the templates are LongMemEval's (`official`; whether it is the
+    LongMemEval judge depends on the model too: `label`)."""
 
     name: str
     official: bool
@@ -78,6 +128,10 @@ class Judge:
     templates: Mapping[str, str]
     verdict: str = "contains_yes"  # how the reply is read (`parse_verdict`)
     system_message: str | None = None  # a system message before the filled template (LongMemEval: none)
+
+    @property
+    def label(self) -> JudgeLabel:
+        return describe_judge(self.name, self.official, self.model.model, self.model.is_offline)
 
     @property
     def digests(self) -> dict[str, str]:
@@ -133,6 +187,7 @@ def make_judge(
 
 
 __all__ = [
-    "LONGMEMEVAL_TEMPLATE_SHA256", "TEMPLATE_KEYS", "VERDICT_RULES", "Judge", "Verdict", "build_judge_prompt", "load_templates",
+    "LONGMEMEVAL_TEMPLATE_SHA256", "PROTOCOL_JUDGE_MODEL", "TEMPLATE_KEYS", "VERDICT_RULES", "Judge", "JudgeLabel",
+    "Verdict", "describe_judge", "recorded_judge", "build_judge_prompt", "load_templates",
     "make_judge", "parse_verdict", "sha256_text", "template_key",
 ]

@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from lme.errors import LmeError
+from lme.judge import JudgeLabel, recorded_judge
 from lme.measures import (
     DEFAULT_BOOTSTRAP_SEED,
     DEFAULT_RESAMPLES,
@@ -111,6 +112,12 @@ class JobOutcomes:
     rows: tuple[Mapping[str, Any], ...]
     prereg_sha256: str | None = None  # the job's `lme.prereg_sha256` tag: the record it was checked against
     stand_ins: tuple[str, ...] = ()  # the offline stand-ins that answered or judged (its `reader.model`, `judge.model`)
+    judge_model: str | None = None  # its param `judge.model` (None: not logged)
+
+    @property
+    def judge_label(self) -> JudgeLabel:
+        """Its judge in words: the LongMemEval judge only with LongMemEval's templates on the protocol's model."""
+        return recorded_judge(self.judge, self.judge_official, self.judge_model)
 
 
 @dataclass(frozen=True)
@@ -173,7 +180,7 @@ class DesignReport:
     source_name: str
     seeds: tuple[str, ...]
     run_ids: tuple[str, ...]
-    judges: tuple[tuple[str, bool], ...]  # distinct (judge name, official) over the jobs
+    judges: tuple[JudgeLabel, ...]  # the distinct judges of its jobs
     summary: DesignSummary
     intervals: BootstrapIntervals  # measure 0: mean of runs, 1: majority; overall and per type
     missing_answers: tuple[int, ...]  # per run
@@ -186,7 +193,7 @@ class DesignReport:
 
     @property
     def official(self) -> bool:
-        return bool(self.judges) and all(official for _, official in self.judges)
+        return bool(self.judges) and all(judge.official for judge in self.judges)
 
 
 @dataclass(frozen=True)
@@ -276,7 +283,7 @@ def design_report(design: DesignRuns, n_resamples: int, seed: int) -> DesignRepo
     runs_rows = [list(job.rows) for job in design.jobs]
     runs = [correct_map(rows) for rows in runs_rows]
     question_sets = {frozenset(row["question_id"] for row in rows) for rows in runs_rows}
-    judges = tuple(sorted({(job.judge, job.judge_official) for job in design.jobs}))
+    judges = tuple(sorted({job.judge_label for job in design.jobs}, key=lambda j: (j.name, j.model or "", j.kind)))
     return DesignReport(
         label=design.label,
         design=design.design,
@@ -476,7 +483,7 @@ def build_report(
         with_them = [d.label for d in designs if any(job.stand_ins for job in d.jobs)]
         which = "" if len(with_them) == len(designs) else f" (the runs of {', '.join(with_them)})"
         notes.insert(0, f"{stand_ins_note(stand_ins)}{which}.")
-    judges = {(job.judge, job.judge_official) for d in designs for job in d.jobs}
+    judges = {job.judge_label for d in designs for job in d.jobs}
     if len(judges) > 1:
         notes.append(
             "The designs were not all judged by the same judge: comparisons across judges are not like-for-like."
@@ -536,26 +543,32 @@ def majority_name(report: Report) -> str:
 
 
 def judge_lines(report: Report) -> list[str]:
-    official = [d.label for d in report.designs if d.official]
+    """One line per kind of judge: LongMemEval's (or the reference study's) on its protocol's model, LongMemEval's
+    templates on another model, other templates, the offline stand-in (`lme.judge.describe_judge`)."""
+    official = [d.label for d in report.designs if any(judge.official for judge in d.judges)]
     lines = []
     if official:
-        names = sorted({name for d in report.designs if d.official for name, _ in d.judges})
         models = {"longmemeval": "gpt-4o-2024-08-06, the official protocol",
-                  "longmemeval-study": "the gpt-4o alias, 16 tokens, exact yes/no: the reference study's protocol"}
-        described = [f"{name}: {models[name]}" if name in models else name for name in names]
+                  "study": "the gpt-4o alias, 16 tokens, exact yes/no: the reference study's protocol"}
+        described = sorted({f"{judge.name}: {models[judge.kind]}" for d in report.designs for judge in d.judges
+                            if judge.official})
         lines.append(
             f"- Judge: LongMemEval's official templates ({'; '.join(described)}) for {', '.join(official)}."
         )
-    stand_ins: dict[str, list[str]] = {}
+    others: dict[JudgeLabel, list[str]] = {}
     for d in report.designs:
-        for name, is_official in d.judges:
-            if not is_official:
-                stand_ins.setdefault(name, []).append(d.label)
-    for name, labels in stand_ins.items():
-        lines.append(
-            f"- Judge: the offline stand-in {name} for {', '.join(labels)}, NOT the LongMemEval judge; "
-            "its verdicts test the plumbing and are not LongMemEval results."
-        )
+        for judge in d.judges:
+            if not judge.official:
+                others.setdefault(judge, []).append(d.label)
+    for judge, labels in others.items():
+        if judge.kind == "stand-in":
+            lines.append(
+                f"- Judge: the offline stand-in {judge.name} for {', '.join(labels)}, NOT the LongMemEval judge; "
+                "its verdicts test the plumbing and are not LongMemEval results."
+            )
+        else:  # a model judge other than LongMemEval's: its verdicts are its model's, not LongMemEval's results
+            lines.append(f"- Judge: {judge.name}, {judge.text}, for {', '.join(labels)}; "
+                         "its verdicts are not comparable with results from the LongMemEval judge.")
     return lines
 
 
@@ -782,7 +795,8 @@ def report_json(report: Report) -> dict[str, Any]:
     for d in report.designs:
         entry = asdict(d)
         entry["official_judge"] = d.official
-        entry["judges"] = [{"name": name, "official": official} for name, official in d.judges]
+        entry["judges"] = [{"name": j.name, "model": j.model, "official": j.official, "description": j.text}
+                           for j in d.judges]
         designs.append(entry)
     return _json_safe({
         "n_resamples": report.n_resamples,

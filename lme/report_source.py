@@ -473,6 +473,7 @@ def load_sources(settings: TrackingSettings, selectors: Sequence[str]) -> Source
                 prereg_sha256=job.tags.get("lme.prereg_sha256"),
                 stand_ins=tuple(model for model in (job.params.get("reader.model"), job.params.get("judge.model"))
                                 if model and model.startswith(OFFLINE_PROVIDER + "/")),
+                judge_model=job.params.get("judge.model") or None,
             ))
             digest = job.tags.get("lme.prereg_sha256")
             if digest and digest not in prereg_paths:

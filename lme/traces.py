@@ -177,7 +177,7 @@ class TraceWriter:
         self.judge = judge
         setup = WriterSetup(
             settings=settings, experiment=experiment or experiment_id(settings), run_id=run_id, tags=dict(tags),
-            source=(("LLM_JUDGE" if judge.official else "CODE", judge.name) if judge is not None else ("CODE", "lme")),
+            source=(("CODE" if judge.model.is_offline else "LLM_JUDGE", judge.name) if judge is not None else ("CODE", "lme")),
             registry=cache_dir / "traces.sqlite" if settings.traces == "full" else None)
         self._helper = helper()
         self._helper.send(("job", setup))

@@ -116,12 +116,13 @@ def pipeline_runs() -> list[list[dict[str, Any]]]:
 
 def log_study(settings: Any, design: str, runs: list[list[dict[str, Any]]], tmp: Any, judge: str = "offline-lexical-judge",
               official: bool = False, parent: bool = True, questions: list[str] | None = None,
-              data_sha256: str | None = None, dataset: str | None = None) -> tuple[str | None, list[str]]:
+              data_sha256: str | None = None, dataset: str | None = None,
+              judge_model: str | None = None) -> tuple[str | None, list[str]]:
     """Log a design's runs to a real MLflow store as lme does: a parent (lme.role=parent) and one
     job per run (lme.role=job, lme.design, lme.seed, lme.judge, lme.judge_official) with its
     outcomes.jsonl artifact; with `questions`, each job also logs them as `question_ids.txt`, and
-    `data_sha256` / `dataset` as the params `dataset.sha256` / `dataset.name`, as `lme.job.run_job`
-    does. Returns (parent id, job ids)."""
+    `data_sha256` / `dataset` / `judge_model` as the params `dataset.sha256` / `dataset.name` / `judge.model`,
+    as `lme.job.run_job` does. Returns (parent id, job ids)."""
     import json
     import time
     from pathlib import Path
@@ -143,7 +144,8 @@ def log_study(settings: Any, design: str, runs: list[list[dict[str, Any]]], tmp:
         job.log_artifact(path)
         if questions is not None:
             job.log_text("".join(f"{qid}\n" for qid in questions), "question_ids.txt")
-        params = {key: value for key, value in (("dataset.sha256", data_sha256), ("dataset.name", dataset)) if value}
+        params = {key: value for key, value in (("dataset.sha256", data_sha256), ("dataset.name", dataset),
+                                                ("judge.model", judge_model)) if value}
         if params:
             job.log_params(params)
         job.finish()

@@ -195,3 +195,28 @@ def test_import_eval_with_a_reference_file_and_its_errors(capsys, tmp_path):
     graded.write_text(eval_line("unknown", True) + "\n")
     code, _, err = lme(["import-eval", str(graded), "--ref", str(reference)], capsys)
     assert code == 2 and "question unknown is not in" in err
+
+
+def test_a_run_judged_on_another_model_is_said_so_in_export_and_report(tmp_path_factory, capsys):
+    """A run whose tags say LongMemEval's templates (lme.judge_official=true) and whose `judge.model` param is not
+    the protocol's model: export's heading and the report's judge line name the model, never 'the LongMemEval
+    judge'; the same tags with the protocol's model are the LongMemEval judge."""
+    settings, tmp = fresh_store(tmp_path_factory, "judged-elsewhere")
+    overrides = [f"tracking.uri={settings.uri}", f"tracking.artifact_location={settings.artifact_location}"]
+    _, mini = log_study(settings, "mini", [rows_from(PLAIN[0])], tmp, judge="longmemeval-templates gpt-4o-mini",
+                        official=True, judge_model="openai/gpt-4o-mini-2024-07-18")
+    _, real = log_study(settings, "real", [rows_from(PLAIN[0])], tmp, judge="longmemeval", official=True,
+                        judge_model="gpt-4o-2024-08-06")
+    said = ("LongMemEval's templates judged by openai/gpt-4o-mini-2024-07-18, not the official judge model "
+            "(gpt-4o-2024-08-06)")
+    code, out, err = lme(["export", mini[0], "--out", str(tmp / "hyp.jsonl"), *overrides], capsys)
+    assert code == 0, err
+    assert f"judge longmemeval-templates gpt-4o-mini, {said}" in out and "the LongMemEval judge)" not in out
+    code, out, err = lme(["export", real[0], "--out", str(tmp / "hyp2.jsonl"), *overrides], capsys)
+    assert code == 0, err
+    assert "judge longmemeval, the LongMemEval judge" in out
+    code, out, err = lme(["report", "mini", "real", "--resamples", "200", *overrides], capsys)
+    assert code == 0, err
+    assert f"- Judge: longmemeval-templates gpt-4o-mini, {said}, for mini;" in out
+    assert "LongMemEval's official templates (longmemeval: gpt-4o-2024-08-06, the official protocol) for real." in out
+    assert "not like-for-like" in out

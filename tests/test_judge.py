@@ -17,9 +17,11 @@ from lme.judge import (
     LONGMEMEVAL_TEMPLATE_SHA256,
     TEMPLATE_KEYS,
     build_judge_prompt,
+    describe_judge,
     load_templates,
     make_judge,
     parse_verdict,
+    recorded_judge,
     sha256_text,
     template_key,
 )
@@ -281,3 +283,48 @@ def test_same_prompt_under_different_reader_seeds_is_judged_once(tmp_path):
     assert not verdict1.call.cached and verdict2.call.cached
     assert verdict1.call.key == verdict2.call.key
     cache.close()
+
+
+# -- which judge, in words -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "official", "model", "offline", "kind", "text"), [
+    ("longmemeval", True, "gpt-4o-2024-08-06", False, "longmemeval", "the LongMemEval judge"),
+    ("longmemeval", True, "openai/gpt-4o-2024-08-06", False, "longmemeval", "the LongMemEval judge"),
+    ("longmemeval-study", True, "gpt-4o", False, "study",
+     "LongMemEval's templates on the gpt-4o alias: the reference study's protocol"),
+    # LongMemEval's templates on any other model, the official file's name kept or not
+    ("longmemeval", True, "gpt-4o-mini", False, "templates",
+     "LongMemEval's templates judged by gpt-4o-mini, not the official judge model (gpt-4o-2024-08-06)"),
+    ("longmemeval-study", True, "anthropic/claude-haiku-4-5-20251001", False, "templates",
+     "LongMemEval's templates judged by anthropic/claude-haiku-4-5-20251001, not the official judge model "
+     "(gpt-4o-2024-08-06)"),
+    ("longmemeval-templates hosted_vllm/gpt-4o-2024-08-06", True, "hosted_vllm/gpt-4o-2024-08-06", False, "templates",
+     "LongMemEval's templates judged by hosted_vllm/gpt-4o-2024-08-06, not the official judge model "
+     "(gpt-4o-2024-08-06)"),  # a local server's model of that name is not OpenAI's
+    ("offline-lexical-judge", False, "lme-offline/lexical-judge", True, "stand-in",
+     "an offline stand-in, NOT the LongMemEval judge"),
+    ("mine", False, "openai/gpt-4o-mini", False, "own", "its own templates judged by openai/gpt-4o-mini, NOT the "
+     "LongMemEval judge"),
+])
+def test_describe_judge(name, official, model, offline, kind, text):
+    label = describe_judge(name, official, model, offline)
+    assert (label.name, label.model, label.kind, label.text) == (name, model, kind, text)
+    assert label.official == (kind in ("longmemeval", "study"))
+
+
+def test_a_recorded_judge_is_described_from_its_tags_and_model_param():
+    assert recorded_judge("offline-lexical-judge", False, "lme-offline/lexical-judge").kind == "stand-in"
+    assert recorded_judge("longmemeval", True, "gpt-4o-mini").kind == "templates"
+    # a run that logged no judge.model: its templates flag alone, as before models were told apart
+    assert recorded_judge("longmemeval", True, None).kind == "longmemeval"
+    assert recorded_judge("offline-lexical-judge", False, None).kind == "stand-in"
+
+
+def test_a_built_judge_is_labelled_by_its_model():
+    spec = ModelSpec(model="openai/gpt-4o-mini-2024-07-18", params={"temperature": 0, "max_tokens": 10})
+    judge = make_judge("longmemeval-templates", official=False, model=spec, templates=PLAIN_TEMPLATES)
+    assert judge.label.kind == "own"
+    offline = make_judge("offline", official=False, model=ModelSpec(model="lme-offline/lexical-judge"),
+                         templates=PLAIN_TEMPLATES)
+    assert offline.label.text == "an offline stand-in, NOT the LongMemEval judge"

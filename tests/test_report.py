@@ -152,6 +152,28 @@ def test_official_judge_is_named_as_such():
     assert "One design only: nothing to compare." in md
 
 
+def test_longmemevals_templates_on_another_model_are_not_called_the_longmemeval_judge():
+    """`judge=longmemeval judge.model.model=gpt-4o-mini` (or judge=gpt4o_mini): LongMemEval's templates, its tag
+    lme.judge_official true, yet another model: the report names the model and never calls it the official judge."""
+    from dataclasses import replace
+
+    a, b = design("a", PLAIN, official=True), design("b", PATCHY, official=True)
+    b = replace(b, jobs=tuple(replace(job, judge_model="openai/gpt-4o-mini-2024-07-18") for job in b.jobs))
+    a = replace(a, jobs=tuple(replace(job, judge_model="gpt-4o-2024-08-06") for job in a.jobs))
+    report = build_report([a, b], n_resamples=200)
+    md = render_markdown(report)
+    assert "- Judge: LongMemEval's official templates (longmemeval: gpt-4o-2024-08-06, the official protocol) for a." in md
+    assert ("- Judge: longmemeval, LongMemEval's templates judged by openai/gpt-4o-mini-2024-07-18, not the official "
+            "judge model (gpt-4o-2024-08-06), for b; its verdicts are not comparable with results from the "
+            "LongMemEval judge.") in md
+    assert "not like-for-like" in md  # the same judge name on two models is two judges
+    data = {d["label"]: d for d in report_json(report)["designs"]}
+    assert (data["a"]["official_judge"], data["b"]["official_judge"]) == (True, False)
+    assert data["b"]["judges"] == [{"name": "longmemeval", "model": "openai/gpt-4o-mini-2024-07-18", "official": False,
+                                    "description": "LongMemEval's templates judged by openai/gpt-4o-mini-2024-07-18, "
+                                                   "not the official judge model (gpt-4o-2024-08-06)"}]
+
+
 def test_mixed_judges_are_flagged():
     r = build_report([design("a", PLAIN, official=True), design("b", PATCHY)], n_resamples=200)
     assert "not like-for-like" in render_markdown(r)

@@ -70,10 +70,12 @@ def lme_verdicts(rows: Sequence[Mapping[str, Any]]) -> tuple[dict[str, bool], di
 
 
 def _judge_words(run) -> str:
-    judge = run.tags.get("lme.judge", "unknown judge")
-    if run.tags.get("lme.judge_official") == "true":
-        return f"judge {judge}, the LongMemEval judge"
-    return f"judge {judge}, an offline stand-in, NOT the LongMemEval judge"
+    """The run's judge in words (`lme.judge.describe_judge`): from its tags and its `judge.model` param."""
+    from lme.judge import recorded_judge
+
+    judge = recorded_judge(run.tags.get("lme.judge", "unknown judge"), run.tags.get("lme.judge_official") == "true",
+                           run.params.get("judge.model") or None)
+    return f"judge {judge.name}, {judge.text}"
 
 
 def export_main(argv: Sequence[str]) -> int:

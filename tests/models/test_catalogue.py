@@ -22,10 +22,12 @@ from pathlib import Path
 
 import pytest
 from loopback import LoopbackServer
+from shared_data import TEMPLATES, need
 
 from lme.compose import compose_config
 from lme.design import design_from_config
 from lme.errors import LmeError
+from lme.judge import PROTOCOL_JUDGE_MODEL, describe_judge
 from lme.models.gateway import Gateway, ModelSpec, preflight
 from lme.models.offline import OFFLINE_PROVIDER
 from lme.models.pricing import max_output_tokens, model_prices
@@ -39,7 +41,7 @@ KEY_ENV = "LME_TEST_KEY"
 # The variable each provider's option files must name (None: a local server, no key)
 KEY_OF_PROVIDER = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "gemini": "GEMINI_API_KEY",
                    "hosted_vllm": None}
-THINKING_BUDGET = {"low": 1024, "medium": 2048, "high": 4096}  # litellm 1.110's budgets for reasoning_effort
+THINKING_BUDGET = {"disable": 0, "low": 1024, "medium": 2048, "high": 4096}  # litellm 1.110's for reasoning_effort
 SYSTEM = "Answer from the memory."
 USER = "Where did I park my car yesterday?"
 MESSAGES = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": USER}]
@@ -76,6 +78,8 @@ def test_the_catalogue_has_each_family():
     assert providers == set(KEY_OF_PROVIDER)
     assert {"gpt5", "gpt5_mini", "gpt5_nano", "gpt4o", "claude_sonnet", "claude_haiku", "gemini_pro", "gemini_flash",
             "local"} <= set(READERS)
+    assert {"longmemeval", "longmemeval_study", "gpt4o_mini", "claude_haiku", "gemini_flash", "local",
+            "offline"} <= set(JUDGES)
 
 
 @pytest.mark.parametrize(("group", "name"), OPTIONS, ids=[f"{g}={n}" for g, n in OPTIONS])
@@ -203,6 +207,36 @@ def test_a_call_through_the_gateway_reaches_the_loopback_with_the_familys_parame
     assert (result.cost_usd > 0) == (spec.input_cost_per_token is None)  # priced from the map; local at $0
 
 
+@pytest.mark.parametrize("name", JUDGES)
+def test_every_judge_on_a_model_follows_longmemevals_protocol_and_says_which_model(name):
+    """Every judge but the offline stand-in reads LongMemEval's templates (the same templates_path as judge=longmemeval)
+    as one user message at temperature 0 with a few output tokens and no thinking; only judge=longmemeval is described
+    as the LongMemEval judge, the study's judge as the study's protocol, every other one by its model."""
+    from omegaconf import OmegaConf
+
+    raw = OmegaConf.load(ROOT / "conf" / "judge" / f"{name}.yaml")
+    design = design_from_config(compose_config([f"judge={name}"]), data=False)
+    judge, spec = design.judge, option_spec("judge", name)
+    label = describe_judge(judge.name, judge.official, spec.model, spec.is_offline)
+    if spec.is_offline:
+        assert (judge.official, label.kind) == (False, "stand-in")
+        return
+    official = OmegaConf.load(ROOT / "conf" / "judge" / "longmemeval.yaml")
+    assert judge.official and raw._get_node("templates_path")._value() == official._get_node("templates_path")._value()
+    assert spec.params["temperature"] == 0 and spec.params["max_tokens"] <= 16
+    assert spec.params.get("reasoning_effort") in (None, "disable")
+    expected = {"longmemeval": "longmemeval", "longmemeval_study": "study"}.get(name, "templates")
+    assert label.kind == expected
+    if expected == "templates":  # LongMemEval's protocol on another model, named for it
+        assert (judge.verdict, judge.system_message) == ("contains_yes", None)
+        assert spec.model in judge.name and spec.model.removeprefix("openai/") != PROTOCOL_JUDGE_MODEL
+        assert label.text == (f"LongMemEval's templates judged by {spec.model}, not the official judge model "
+                              f"({PROTOCOL_JUDGE_MODEL})")
+    other = design_from_config(compose_config([f"judge={name}", "judge.model.model=openai/gpt-4.1-mini"]), data=False)
+    moved = describe_judge(other.judge.name, other.judge.official, "openai/gpt-4.1-mini", False)
+    assert moved.kind == "templates"  # `judge=longmemeval judge.model.model=X` is not the LongMemEval judge either
+
+
 def test_one_override_picks_another_model_and_the_run_is_named_after_it():
     base = design_from_config(compose_config(["reader=local"]), data=False)
     assert base.reader.name == "local hosted_vllm/Qwen/Qwen2.5-7B-Instruct"
@@ -243,24 +277,24 @@ def test_provider_formats_carry_faults_and_limits_too(name, test_key):
     assert (result.text, result.attempts, result.output_tokens) == ("one two three", 2, 3)
 
 
-def models_table() -> dict[str, tuple[str, str, str]]:
-    """The README's Models table: option -> (model id, key variable, price cell)."""
+def models_table() -> dict[tuple[str, str], tuple[str, str, str]]:
+    """The README's Models tables: (group, option) -> (model id, key variable, price cell)."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     section = text.split("\n### Models\n", 1)[1].split("\n#", 1)[0]
     rows = {}
     for line in section.splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        match = re.fullmatch(r"`reader=(\w+)`", cells[0]) if len(cells) >= 4 else None
+        match = re.fullmatch(r"`(reader|judge)=(\w+)`", cells[0]) if len(cells) >= 4 else None
         if match:
-            rows[match.group(1)] = (cells[1].strip("`"), cells[2].strip("`"), cells[3])
+            rows[match.groups()] = (cells[1].strip("`"), cells[2].strip("`"), cells[3])
     return rows
 
 
-def test_the_readme_lists_every_reader_with_its_model_key_and_list_price():
+def test_the_readme_lists_every_reader_and_judge_with_its_model_key_and_list_price():
     rows = models_table()
-    assert set(rows) == set(READERS)
-    for name, (model, key, price) in rows.items():
-        spec = option_spec("reader", name)
+    assert set(rows) == set(OPTIONS)
+    for (group, name), (model, key, price) in rows.items():
+        spec = option_spec(group, name)
         assert model == spec.model, name
         assert key == (spec.api_key_env or "none"), name
         prices = model_prices(spec)
@@ -292,4 +326,45 @@ def test_a_run_with_the_local_reader_on_a_loopback_server_exits_0(tmp_path):
         cost = conn.execute("SELECT value FROM metrics WHERE key = 'reader_cost_usd'").fetchall()
     assert tags["lme.reader"] == "local hosted_vllm/Qwen/Qwen2.5-7B-Instruct"
     assert cost and all(value == 0.0 for (value,) in cost)
+    assert REAL_OPENAI_KEY not in result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_a_run_judged_by_a_local_server_says_which_judge_in_its_summary(tmp_path):
+    """`python -m lme judge=local judge.model.api_base=URL limit=2`: LongMemEval's templates sent to the local
+    server as one user message, and the summary line, the run's tags and the report say the verdicts are that
+    model's, not the LongMemEval judge's."""
+    templates = need(TEMPLATES)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LME_", "OPENAI", "HYDRA"))}
+    env |= {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "OPENAI_API_KEY": REAL_OPENAI_KEY}
+    store = [f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"tracking.artifact_location={tmp_path}/mlruns"]
+    with LoopbackServer(reply="Yes.") as server:
+        result = subprocess.run(
+            [sys.executable, "-m", "lme", "judge=local", f"judge.model.api_base={server.base_url}",
+             f"judge.templates_path={templates}", "limit=2", *store, f"cache_dir={tmp_path}/cache",
+             f"hydra.run.dir={tmp_path}/run"],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        )
+        requests = server.completion_requests
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert 1 <= len(requests) <= 2  # one verdict per answered question
+    for request in requests:
+        assert request.body["model"] == "Qwen/Qwen2.5-7B-Instruct"
+        assert (request.body["temperature"], request.body["max_tokens"]) == (0, 10)
+        (message,) = request.body["messages"]
+        assert message["role"] == "user"
+        assert request.headers["authorization"] == "Bearer fake-api-key"
+    model = "hosted_vllm/Qwen/Qwen2.5-7B-Instruct"
+    said = f"LongMemEval's templates judged by {model}, not the official judge model (gpt-4o-2024-08-06)"
+    summary = next(line for line in result.stdout.splitlines() if line.startswith("design "))
+    assert summary.endswith(f"; judge longmemeval-templates {model} ({said})"), summary
+    with sqlite3.connect(tmp_path / "mlflow.db") as conn:
+        tags = dict(conn.execute("SELECT key, value FROM tags WHERE key LIKE 'lme.judge%'").fetchall())
+    assert tags == {"lme.judge": f"longmemeval-templates {model}", "lme.judge_official": "true",
+                    "lme.judge_description": said}
+    report = subprocess.run([sys.executable, "-m", "lme", "report", "--resamples", "100", *store], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert report.returncode == 0, report.stderr[-3000:]
+    assert f"- Judge: longmemeval-templates {model}, {said}, for " in report.stdout
+    assert "LongMemEval's official templates" not in report.stdout
     assert REAL_OPENAI_KEY not in result.stdout + result.stderr
