@@ -30,7 +30,7 @@ from lme.store_template import is_new, keep_template, sqlite_path, start_from_te
 PARENT_ENV = "LME_PARENT_RUN_ID"
 # lme's own path variables, read by the job's config (`${oc.env:...}`): forwarded to jobs in other processes.
 # Never keys: a key would be written to the job's .hydra/hydra.yaml; workers take keys from their environment.
-FORWARDED_ENV = ("LME_CACHE_DIR", "LME_DATA_DIR", "LME_JUDGE_TEMPLATES")
+FORWARDED_ENV = ("LME_CACHE_DIR", "LME_DATA_DIR", "LME_JUDGE_TEMPLATES", "LME_STUDY_INSTRUCTIONS")
 OUTCOMES_ARTIFACT = "outcomes.jsonl"
 MAX_PARAM_CHARS = 500
 

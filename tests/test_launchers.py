@@ -248,13 +248,15 @@ def test_job_overrides_carry_the_parent_id_path_variables_and_an_absolute_sweep_
 
     from lme.multirun import job_overrides
 
-    environ = {"LME_CACHE_DIR": "/data/it's here\\", "LME_DATA_DIR": "/d a/t:a", "OPENAI_API_KEY": "sk-x", "LME_TEST_KEY": "sk-y"}
+    environ = {"LME_CACHE_DIR": "/data/it's here\\", "LME_DATA_DIR": "/d a/t:a", "OPENAI_API_KEY": "sk-x", "LME_TEST_KEY": "sk-y",
+               "LME_STUDY_INSTRUCTIONS": "/o/study_instructions.json"}
     overrides = job_overrides("0123abcd", "multirun/bm25/2026-12-02_10-00-00", environ)
     parsed = {o.key_or_group: o.value() for o in OverridesParser.create().parse_overrides(overrides)}
     assert parsed == {
         "hydra.job.env_set.LME_PARENT_RUN_ID": "0123abcd",
         "hydra.job.env_set.LME_CACHE_DIR": environ["LME_CACHE_DIR"],
         "hydra.job.env_set.LME_DATA_DIR": environ["LME_DATA_DIR"],
+        "hydra.job.env_set.LME_STUDY_INSTRUCTIONS": environ["LME_STUDY_INSTRUCTIONS"],
         "hydra.sweep.dir": str(Path.cwd() / "multirun/bm25/2026-12-02_10-00-00"),
     }
     assert "sk-" not in " ".join(overrides)
