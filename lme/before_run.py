@@ -34,7 +34,6 @@ file's decompression in the job (up to ~2.5 s more start-up for a single run on 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import fields
 from pathlib import Path
@@ -80,8 +79,10 @@ class BeforeRun:
         models = [spec for spec in specs + list(other_models(design)) if self.first_time(("model", _identity(spec)))]
         preflight(models)  # no request; imports litellm only for a paid model without api_key_env
         for key_env, name in embedding_keys(design):
-            if self.first_time(("embedding key", key_env)) and not os.environ.get(key_env):
-                raise LmeError(f"embedding model {name}: environment variable {key_env} is not set.")
+            if self.first_time(("embedding key", key_env)):
+                from lme.retrieval.dense import require_embedding_key  # numpy: only for an embedding API
+
+                require_embedding_key(name, key_env)
         spec = design.dataset
         if self.first_time(("data", str(spec.path))):
             sniff_data_file(spec.path, spec.name)

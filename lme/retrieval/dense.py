@@ -298,8 +298,7 @@ class LiteLLMEncoder:
             return self.gateway
 
     def _check_key(self) -> None:
-        if self.api_key_env and not os.environ.get(self.api_key_env):
-            raise LmeError(f"embedding model {self.name}: environment variable {self.api_key_env} is not set.")
+        require_embedding_key(self.name, self.api_key_env)
 
     def encode(self, texts: Sequence[str], prompt: str) -> np.ndarray:
         """Unit vectors of `prompt + text` for each text. Raises `LmeError` naming the model when a request
@@ -523,3 +522,10 @@ class DenseRetriever:
         self.cache.close()
         if isinstance(self.encoder, LiteLLMEncoder):
             self.encoder.close()
+
+
+def require_embedding_key(name: str, api_key_env: str | None) -> None:
+    """An embedding API's key is in the environment (its `api_key_env`), or one sentence naming the model; the
+    retriever's rule, also checked before a run starts (`lme.before_run`)."""
+    if api_key_env and not os.environ.get(api_key_env):
+        raise LmeError(f"embedding model {name}: environment variable {api_key_env} is not set.")
