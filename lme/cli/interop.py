@@ -23,6 +23,7 @@ from typing import Any
 
 from lme.cli.parser import make_parser
 from lme.errors import LmeError
+from lme.files import write_text_atomic
 from lme.interop import (
     OFFICIAL_JUDGE_MODEL,
     compare_verdicts,
@@ -102,8 +103,7 @@ def export_main(argv: Sequence[str]) -> int:
         sys.stdout.write(text)
         print("\n".join(summary), file=sys.stderr, flush=True)
         return 0
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text, encoding="utf-8")
+    write_text_atomic(args.out, text)
     print(f"wrote {len(rows)} hypotheses to {args.out} ({missing} missing answers written as an empty hypothesis)")
     print("\n".join(summary), flush=True)
     return 0

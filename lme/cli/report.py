@@ -31,6 +31,7 @@ from pathlib import Path
 
 from lme.cli.parser import make_parser
 from lme.errors import LmeError
+from lme.files import cannot_write, write_text_atomic
 from lme.measures import DEFAULT_BOOTSTRAP_SEED, DEFAULT_RESAMPLES
 
 REPORT_MD = "report.md"
@@ -212,10 +213,13 @@ def main(argv: Sequence[str]) -> int:
         from lme.plots import write_plots
 
         out: Path = args.out
-        out.mkdir(parents=True, exist_ok=True)
-        (out / REPORT_MD).write_text(markdown, encoding="utf-8")
-        (out / REPORT_JSON).write_text(payload, encoding="utf-8")
-        files = [out / REPORT_MD, out / REPORT_JSON, *write_plots(report, out)]
+        write_text_atomic(out / REPORT_MD, markdown)
+        write_text_atomic(out / REPORT_JSON, payload)
+        try:
+            plots = write_plots(report, out)
+        except OSError as exc:
+            raise cannot_write(out, exc) from None
+        files = [out / REPORT_MD, out / REPORT_JSON, *plots]
         where = f"lme: wrote {', '.join(str(f) for f in files)}"
         if settings.enabled:
             run_id = log_report_run(settings, report, files, args.names)

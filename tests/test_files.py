@@ -1,0 +1,53 @@
+"""lme.files: an output file is written whole or not at all, and a refusal by the disk is one sentence."""
+
+from __future__ import annotations
+
+import resource
+import signal
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from lme.errors import LmeError
+from lme.files import write_text_atomic
+
+
+@contextmanager
+def file_size_limit(limit: int):
+    """Files of this process may not grow past `limit` bytes (a full disk, as the writer sees it)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+
+
+def test_a_file_is_written_and_replaced_whole(tmp_path: Path) -> None:
+    target = tmp_path / "out" / "report.md"
+    write_text_atomic(target, "first\n")
+    write_text_atomic(target, "second é\n")
+    assert target.read_text(encoding="utf-8") == "second é\n"
+    assert [p.name for p in target.parent.iterdir()] == ["report.md"]
+
+
+def test_a_full_disk_keeps_the_earlier_file_and_leaves_no_partial_file(tmp_path: Path) -> None:
+    target = tmp_path / "report.json"
+    target.write_text("earlier\n", encoding="utf-8")
+    with file_size_limit(4096), pytest.raises(LmeError) as caught:
+        write_text_atomic(target, "x" * 100_000)
+    message = str(caught.value)
+    assert str(target) in message and "File too large" in message and "\n" not in message
+    assert target.read_text(encoding="utf-8") == "earlier\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["report.json"]
+
+
+def test_a_directory_in_the_files_place_is_named(tmp_path: Path) -> None:
+    target = tmp_path / "report.md"
+    target.mkdir()
+    with pytest.raises(LmeError, match="a directory where lme would write a file"):
+        write_text_atomic(target, "text")
+    assert target.is_dir() and not any(target.iterdir())
