@@ -34,7 +34,7 @@ from lme.models.gateway import Gateway, SystemicFailure, preflight
 from lme.models.ledger import BudgetExhausted, Ledger
 from lme.models.litellm_loader import import_litellm, warm_call_path
 from lme.prereg import check_run
-from lme.resume import budget_stop_message, interrupted_message, systemic_stop_message
+from lme.resume import budget_stop_message, interrupted_message, job_resume_command, systemic_stop_message
 from lme.run import FIRST_PASS, Journal, Outcome, error_class, run_questions
 from lme.tracking import (OUTCOMES_ARTIFACT, PARENT_ENV, DataInput, job_run_name, note_stop, open_run, run_stamp,
                           ui_hint)
@@ -281,6 +281,7 @@ def _run_job(design: Design) -> dict[str, float]:
     out_dir = design.output_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     journal = Journal(out_dir / OUTCOMES_ARTIFACT)
+    journal.read()  # a journal that cannot be resumed is refused (one sentence) before any run or call starts
     cache = CallCache(design.cache_dir / "calls.sqlite")
     ledger = open_ledger(design, design.job_name or str(out_dir.resolve()))  # a resumed job keeps its name
     gateway = open_gateway(design, cache, ledger)
@@ -409,8 +410,8 @@ def _run_job(design: Design) -> dict[str, float]:
               flush=True)
     if failure:
         INCOMPLETE_JOBS.append(f"design {name}, seed {seed}: {failure}")
-        print(f"lme: {failure}; rerun the same command with hydra.run.dir={out_dir} to ask for exactly those "
-              f"(exit status {EXIT_INCOMPLETE}).", file=sys.stderr, flush=True)
+        print(f"lme: {failure} (exit status {EXIT_INCOMPLETE}); to ask for exactly those, rerun the same command in "
+              "the same folder: " + job_resume_command(out_dir, design.launch), file=sys.stderr, flush=True)
     return metrics
 
 

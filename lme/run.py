@@ -29,19 +29,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
+import stat
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from lme.answer.reader import Reader, build_reader_messages
 from lme.answer.rules import FIRST_PASS_VIEW, RuleStep, route_instruction
 from lme.data.records import Question
-from lme.errors import LmeError
+from lme.errors import LmeError, first_line
 from lme.hashing import sha256_text
 from lme.judge import Judge, Verdict
 from lme.memory.base import Memory, MemoryBuilder, MemoryFailed
@@ -128,9 +130,10 @@ class Step:
     memory_error: str | None = None  # its memory could not be built (`MemoryFailed`): no reader call was made
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> Step:
-        return cls(**{**raw, "reader": CallStats(**raw["reader"]), "judge": CallStats(**raw["judge"]),
-                      "memory": CallStats(**(raw.get("memory") or {}))})
+    def from_dict(cls, raw: Any, source: str | Path | None = None) -> Step:
+        """A step from a journal row's `steps` item; `LmeError` when it is not of the right shape."""
+        where = str(source) if source is not None else "a journal row's step"
+        return _build(cls, raw, where, "")
 
 
 @dataclass(frozen=True)
@@ -165,24 +168,23 @@ class Outcome:
         return verdict_word(self.answer, self.correct, self.judge_error)
 
     def to_json(self) -> str:
-        """The journal row: the outcome's fields and `"format": JOURNAL_FORMAT`."""
-        return json.dumps({"format": JOURNAL_FORMAT, **asdict(self)}, ensure_ascii=False, sort_keys=True)
+        """The journal row: the outcome's fields and `"format": JOURNAL_FORMAT`, on one line. Text is kept as
+        it is (UTF-8) unless it holds something UTF-8 cannot carry (a lone surrogate in a model's reply): that
+        row is written with JSON escapes instead, and reads back the same."""
+        row = {"format": JOURNAL_FORMAT, **asdict(self)}
+        line = json.dumps(row, ensure_ascii=False, sort_keys=True)
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError:
+            line = json.dumps(row, ensure_ascii=True, sort_keys=True)
+        return line
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any], source: str | Path | None = None) -> Outcome:
-        """An outcome from a journal row of a readable format (`source`, the file, names it in the error).
-
-        Raises `LmeError` for a row of another format (a newer lme wrote it); the exceptions of a
-        malformed row (`TypeError`, `KeyError`, ...) otherwise."""
-        raw = dict(raw)
-        journal_format(raw.pop("format", 1), source)
-        return cls(**{
-            **raw,
-            "reader": CallStats(**raw["reader"]),
-            "judge": CallStats(**raw["judge"]),
-            "memory": CallStats(**(raw.get("memory") or {})),
-            "steps": tuple(Step.from_dict(step) for step in raw.get("steps") or ()),
-        })
+    def from_dict(cls, raw: Any, source: str | Path | None = None) -> Outcome:
+        """An outcome from a journal row of a readable format (`source`, the file and line, names it in the
+        error); `LmeError` for a row of another format (a newer lme wrote it) or of the wrong shape (see
+        `outcome_from_row`)."""
+        return outcome_from_row(raw, source)
 
 
 def journal_format(value: Any, source: str | Path | None = None) -> int:
@@ -192,43 +194,207 @@ def journal_format(value: Any, source: str | Path | None = None) -> int:
         return value
     where = f"{source}" if source is not None else "an outcomes.jsonl file"
     raise LmeError(
-        f"{where} holds an outcome row of format {value!r}, which this version of lme cannot read (it reads "
+        f"{where} holds an outcome row of format {_shown(value)}, which this version of lme cannot read (it reads "
         f"formats {', '.join(map(str, READABLE_JOURNAL_FORMATS))}); use the lme version that wrote it."
     )
+
+
+# --- reading a journal row back: every field checked against its type ----------------------------------
+
+_ROW_ADVICE = "this is not an outcome row lme wrote: restore the file, or delete that line to have its question asked again"
+
+
+def _shown(value: Any) -> str:
+    """A stored value in an error sentence: short, one line, whatever it holds."""
+    import reprlib
+
+    shown = reprlib.Repr()
+    shown.maxlevel, shown.maxstring, shown.maxother = 2, 40, 40
+    return shown.repr(value).replace("\n", " ")
+
+
+def _kind(value: Any) -> str:
+    """What a stored value is, in words (`a list`, `a string`, `null`)."""
+    if value is None:
+        return "null"
+    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list", dict: "an object"}
+    return names.get(type(value), f"a {type(value).__name__}")
+
+
+def _bad(where: str, field: str, problem: str) -> LmeError:
+    return LmeError(f"{where}: {'field ' + field + ' ' if field else ''}{problem}; {_ROW_ADVICE}.")
+
+
+def _check_value(kind: str, value: Any, where: str, field: str) -> Any:
+    """`value` checked against a field's annotation (`str`, `int`, `float`, `bool`, `str | None`, ...)."""
+    optional = kind.endswith(" | None")
+    base = kind.removesuffix(" | None")
+    if value is None and optional:
+        return None
+    expected = {"str": "a string", "int": "an integer", "float": "a number", "bool": "true or false"}[base]
+    if optional:
+        expected += " or null"
+    if base == "str" and type(value) is str:
+        return value
+    if base == "bool" and type(value) is bool:
+        return value
+    if base == "int" and type(value) is int:
+        return value
+    if base == "float" and type(value) in (int, float):
+        if not math.isfinite(value):
+            raise _bad(where, field, f"is {value!r}, not a finite number")
+        return float(value)
+    raise _bad(where, field, f"is {_kind(value)} ({_shown(value)}), not {expected}")
+
+
+def _build(cls: Any, raw: Any, where: str, prefix: str) -> Any:
+    """An instance of the frozen dataclass `cls` (`CallStats`, `Step`, `Outcome`) from a journal row's
+    object `raw`: every key a field of `cls`, every value of its field's type, every field without a default
+    present; `LmeError` naming the field (`prefix` + its name) otherwise."""
+    if not isinstance(raw, dict):
+        raise _bad(where, prefix.rstrip("."), f"is {_kind(raw)}, not an object")
+    spec = {f.name: f for f in fields(cls)}
+    unknown = [key for key in raw if key not in spec]
+    if unknown:
+        raise _bad(where, "", f"holds the unknown field {prefix}{_shown(unknown[0])}")
+    values: dict[str, Any] = {}
+    for name, spec_field in spec.items():
+        label = prefix + name
+        if name not in raw:
+            if spec_field.default is MISSING and spec_field.default_factory is MISSING:
+                raise _bad(where, label, "is missing")
+            continue
+        value, kind = raw[name], str(spec_field.type)
+        if kind == "CallStats":
+            values[name] = CallStats() if value is None and name == "memory" else _build(CallStats, value, where,
+                                                                                         label + ".")
+        elif kind == "tuple[Step, ...]":
+            if value is None:
+                values[name] = ()
+                continue
+            if not isinstance(value, list):
+                raise _bad(where, label, f"is {_kind(value)}, not a list")
+            values[name] = tuple(_build(Step, item, where, f"{label}[{index}].") for index, item in enumerate(value))
+        else:
+            values[name] = _check_value(kind, value, where, label)
+    if cls is Outcome and not values["question_id"]:
+        raise _bad(where, "question_id", "is empty")
+    return cls(**values)
+
+
+def outcome_from_row(raw: Any, source: str | Path | None = None) -> Outcome:
+    """The outcome of one journal row (a parsed JSON object), every field checked: the row is an object, its
+    `format` one this lme reads (`journal_format`), every key a field of `Outcome` (of its steps, of their
+    call counts), every value of its field's type (`question_id` a non-empty string, counts integers, dollars
+    finite numbers, ...). Anything else is one `LmeError` sentence naming `source` and the field."""
+    where = str(source) if source is not None else "a journal row"
+    if not isinstance(raw, dict):
+        raise _bad(where, "", f"is {_kind(raw)} ({_shown(raw)}), not an object")
+    row = dict(raw)
+    journal_format(row.pop("format", 1), where)
+    return _build(Outcome, row, where, "")
+
+
+class JournalLineError(LmeError):
+    """A journal line that is not JSON at all (as a line cut by a kill is); `LmeError`'s sentence."""
+
+
+def parse_journal_line(line: str, source: str | Path | None = None) -> Outcome:
+    """One line of `outcomes.jsonl` (without its newline) as an `Outcome`. Any text either gives an outcome
+    or raises `LmeError` (`JournalLineError` when the line is not JSON), one sentence naming `source`
+    (the file and line number): never another exception, also for JSON nested past Python's recursion
+    limit or numbers too long to convert."""
+    where = str(source) if source is not None else "a journal line"
+    try:
+        raw = json.loads(line)
+    except RecursionError:
+        raise JournalLineError(f"{where}: JSON nested too deeply to read; {_ROW_ADVICE}.") from None
+    except json.JSONDecodeError as exc:
+        raise JournalLineError(f"{where}: not a JSON row ({first_line(exc)}); {_ROW_ADVICE}.") from None
+    except ValueError:  # an integer past Python's digit limit (4300 digits)
+        raise JournalLineError(f"{where}: holds a number too long to read; {_ROW_ADVICE}.") from None
+    return outcome_from_row(raw, where)
 
 
 class Journal:
     """Append-only JSONL of outcomes; one line per completed question.
 
-    `resume` prepares a journal for a rerun: a line cut by a kill mid-write (or otherwise unreadable) is
-    dropped, and so are the outcomes that lack an answer or a verdict, so those questions run again; the
-    file is rewritten (atomically) only when something was dropped, and is never appended onto a cut line.
-    A row of a format this lme cannot read (`READABLE_JOURNAL_FORMATS`) is never dropped: reading or
-    resuming the journal raises `LmeError` naming the file.
+    Reading it checks every line (`parse_journal_line`). One recovery is documented: the last line, when it
+    has no newline after it and is the start of a row that does not parse (a kill or a crash mid-write), is
+    dropped and its question asked again. Any other line that is not a valid row (not JSON, not UTF-8,
+    nested too deeply, a field missing or of the wrong type), a row of a format this lme cannot read
+    (`READABLE_JOURNAL_FORMATS`), or a file that cannot be read (a directory, a device, a permission or I/O
+    error) raises `LmeError` naming the file and line, and the file is left as it is.
+
+    `resume` prepares a journal for a rerun: the cut last line is dropped, and so are the outcomes that
+    lack an answer or a verdict, so those questions run again; the file is rewritten (atomically: a full
+    disk leaves it as it was) only when something was dropped or its last line lacks its newline, and is
+    never appended onto a cut line. Every complete outcome is kept.
     """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise LmeError(f"{self.path.parent}: the job's folder cannot be made ({exc.strerror or type(exc).__name__});"
+                           " pick another run directory or fix the path.") from None
         self._lock = threading.Lock()  # appends come from worker threads: one whole line at a time
 
+    def _bytes(self) -> bytes | None:
+        """The file's bytes; None when there is no file (a new job). `LmeError` when it cannot be read."""
+        try:
+            mode = os.stat(self.path).st_mode  # follows a link: what it points to
+        except FileNotFoundError:
+            if os.path.islink(self.path):
+                raise LmeError(f"{self.path}: a link to a file that does not exist ({os.readlink(self.path)}); "
+                               "restore the job's journal or remove the link.") from None
+            return None
+        except OSError as exc:  # a loop of links, a name too long, a folder in the path that is a file
+            raise LmeError(f"{self.path}: the job's journal cannot be read ({exc.strerror or type(exc).__name__}); "
+                           "restore the file or move it away.") from None
+        if stat.S_ISDIR(mode):
+            raise LmeError(f"{self.path}: a directory where the job's journal (outcomes.jsonl) should be; move it "
+                           "away (its questions are then asked again) or restore the file.")
+        if not stat.S_ISREG(mode):  # a FIFO or a device would block or never end
+            raise LmeError(f"{self.path}: not a regular file (a pipe, socket or device) where the job's journal "
+                           "should be; move it away or restore the file.")
+        try:
+            with self.path.open("rb") as handle:
+                return handle.read()
+        except OSError as exc:
+            raise LmeError(f"{self.path}: the job's journal cannot be read ({exc.strerror or type(exc).__name__}); "
+                           "check the file and its permissions.") from None
+
     def _scan(self) -> tuple[list[Outcome], int, bool]:
-        """One read of the file: (the readable outcomes, a later line for a question replacing an earlier;
-        the number of unreadable lines; whether the file is already as a rewrite would leave it)."""
-        if not self.path.exists():
+        """One read of the file: (the outcomes, a later line for a question replacing an earlier; 1 when the
+        last line was cut by a kill, else 0; whether the file is already as a rewrite would leave it)."""
+        data = self._bytes()
+        if data is None:
             return [], 0, True
         by_id: dict[str, Outcome] = {}
         broken = lines = 0
-        data = self.path.read_bytes()
-        for line in data.decode("utf-8", errors="replace").split("\n"):
-            if not line.strip():
+        segments = data.split(b"\n")
+        for index, segment in enumerate(segments):
+            if not segment.strip():
                 continue
             lines += 1
+            where = f"{self.path}, line {index + 1}"
+            cut = index == len(segments) - 1 and segment.lstrip().startswith(b"{")  # no newline after it
             try:
-                outcome = Outcome.from_dict(json.loads(line), self.path)  # a row of an unknown format raises
-            except (json.JSONDecodeError, TypeError, KeyError, ValueError, AttributeError):
-                broken += 1  # a line cut by a crash: that question runs again
-                continue
+                text = segment.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                if cut:  # a kill can cut a line inside a character
+                    broken += 1
+                    continue
+                raise LmeError(f"{where}: not UTF-8 text (byte {exc.start} of the line); {_ROW_ADVICE}.") from None
+            try:
+                outcome = parse_journal_line(text, where)
+            except JournalLineError:
+                if cut:  # the start of a row, cut by a kill or a crash: that question runs again
+                    broken += 1
+                    continue
+                raise
             by_id.pop(outcome.question_id, None)
             by_id[outcome.question_id] = outcome
         # a whole last line without its newline would be joined by the next append; a repeated id is redone
@@ -239,8 +405,8 @@ class Journal:
         return self._scan()[0]
 
     def resume(self) -> tuple[dict[str, Outcome], dict[str, int]]:
-        """The outcomes a rerun keeps, by question id, and what was dropped: `{"broken": lines cut or
-        unreadable, "incomplete": outcomes without an answer or a verdict}`."""
+        """The outcomes a rerun keeps, by question id, and what was dropped: `{"broken": the last line, cut
+        by a kill, "incomplete": outcomes without an answer or a verdict}`."""
         outcomes, broken, tidy = self._scan()
         kept = {o.question_id: o for o in outcomes if o.complete}
         dropped = {"broken": broken, "incomplete": len(outcomes) - len(kept)}
@@ -249,20 +415,23 @@ class Journal:
         return kept, dropped
 
     def _rewrite(self, outcomes: list[Outcome]) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
+        from lme.files import write_bytes_atomic
+
+        data = "".join(outcome.to_json() + "\n" for outcome in outcomes).encode("utf-8")
         with self._lock:
-            with tmp.open("w", encoding="utf-8") as handle:
-                handle.writelines(outcome.to_json() + "\n" for outcome in outcomes)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, self.path)
+            write_bytes_atomic(self.path, data)  # whole or not at all; a refusal is one sentence
 
     def append(self, outcome: Outcome) -> None:
         line = outcome.to_json() + "\n"
-        with self._lock, self.path.open("a", encoding="utf-8") as handle:
-            handle.write(line)
-            handle.flush()
-            os.fsync(handle.fileno())  # a completed question survives a crash of the machine, not only of lme
+        try:
+            with self._lock, self.path.open("a", encoding="utf-8") as handle:
+                handle.write(line)
+                handle.flush()
+                os.fsync(handle.fileno())  # a completed question survives a crash of the machine, not only of lme
+        except OSError as exc:
+            raise LmeError(f"{self.path}: the outcome of question {outcome.question_id} could not be journaled "
+                           f"({exc.strerror or type(exc).__name__}); the questions journaled before it are kept: "
+                           "free space or fix the folder, then rerun the same command to resume.") from None
 
 
 @dataclass(frozen=True)
