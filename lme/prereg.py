@@ -29,6 +29,8 @@ compared.
 from __future__ import annotations
 
 import json
+import os
+import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -336,29 +338,327 @@ def dump_record(record: Mapping[str, Any]) -> str:
 
 
 def write_record(record: Mapping[str, Any], path: Path, force: bool = False) -> None:
-    if path.exists() and not force:
+    """The record at `path`, whole or not at all (`lme.files.write_text_atomic`: a temporary file beside it,
+    renamed into place), after checking that it holds no secret and reads back as itself. An existing
+    record is kept unless `force`; a full disk or any refusal leaves it as it was; each failure is one
+    `LmeError` naming the file."""
+    from lme.files import write_text_atomic
+
+    path = Path(path)
+    refuse_record_secrets(record, "the preregistration record")
+    text = dump_record(record)
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise LmeError(f"{path}: the record holds text that is not valid Unicode ({exc.reason}, character "
+                       f"{exc.start}); nothing was written.") from None
+    if parse_record(data.decode("utf-8"), str(path)) != dict(record):  # never write what would not read back
+        raise LmeError(f"{path}: the record would not read back as written (a value YAML cannot hold as it is); "
+                       "nothing was written.")
+    if os.path.lexists(path) and not force:
         raise LmeError(f"{path}: a preregistration record already exists; pick another --out or pass --force.")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dump_record(record), encoding="utf-8")
+    write_text_atomic(path, text)
+
+
+def refuse_record_secrets(record: Mapping[str, Any], where: str) -> None:
+    """`LmeError` naming the first field of `record` that holds a key, a password in a URL or a secret-named
+    value (`lme.secrets`' rules, a run's), never the value itself."""
+    from lme.secrets import findings, refusal
+
+    found = findings(record)
+    if found:
+        raise refusal(found[0].path, found[0].kind, where=where)
+
+
+# ---------------------------------------------------------------- reading a record
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_RESTORE = "restore the file `python -m lme prereg freeze` wrote, or freeze the design again"
 
 
 def load_record(path: str | Path) -> dict[str, Any]:
-    """Read a record; one sentence when it is missing or not a record."""
-    import yaml
+    """Read and check a record (`check_record`): one `LmeError` sentence naming the file for anything that is
+    not a record `prereg freeze` wrote (missing, not a regular file, unreadable, not UTF-8, an alias, nested
+    too deeply, truncated or edited, wrong-shaped, holding a secret)."""
+    import stat
+
+    from lme.yamlfile import read_yaml
 
     path = Path(path)
-    if not path.is_file():
-        raise LmeError(f"{path}: preregistration record not found.")
     try:
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, when built: ~10x the pure-Python one
-        record = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)  # noqa: S506 - a safe loader
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise LmeError(f"{path}: not a readable YAML preregistration record ({type(exc).__name__}).") from None
-    if not isinstance(record, dict) or "lme_prereg" not in record or "record_sha256" not in record:
-        raise LmeError(f"{path}: not an lme preregistration record (no lme_prereg / record_sha256 field).")
-    if record["lme_prereg"] != FORMAT:
-        raise LmeError(f"{path}: preregistration record format {record['lme_prereg']!r}; this lme reads {FORMAT}.")
-    return record
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise LmeError(f"{path}: preregistration record not found.") from None
+    except OSError as exc:
+        raise LmeError(f"{path}: preregistration record cannot be read ({exc.strerror or type(exc).__name__}); "
+                       "check the path and its permissions.") from None
+    if stat.S_ISDIR(mode):
+        raise LmeError(f"{path}: a directory, not a preregistration record; name the record's file.")
+    if not stat.S_ISREG(mode):  # a FIFO or a device would block or never end
+        raise LmeError(f"{path}: not a regular file, so not a preregistration record; name the record's file.")
+    try:
+        data = read_yaml(path, str(path))
+    except LmeError as exc:
+        raise _truncated_or(exc, path) from None
+    return check_record(data, path)
+
+
+def parse_record(text: str, what: str) -> dict[str, Any]:
+    """`load_record` for a record's text; `what` names it in an error."""
+    from lme.yamlfile import parse_yaml
+
+    try:
+        data = parse_yaml(text, what)
+    except LmeError as exc:
+        raise _truncated_or(exc, what) from None
+    return check_record(data, what)
+
+
+def _truncated_or(error: LmeError, where: str | Path) -> LmeError:
+    """A YAML syntax error in a record is a record cut short or edited (lme writes valid YAML): said so; any
+    other refusal of the reader (missing, unreadable, an alias, ...) as it is."""
+    import yaml
+
+    cause = error.__context__
+    if not isinstance(cause, yaml.YAMLError):
+        return error
+    mark = getattr(cause, "problem_mark", None)
+    line = f" at line {mark.line + 1}" if mark is not None else ""
+    return LmeError(f"{where}: preregistration record truncated or edited: it is not valid YAML{line}, so its "
+                    f"digest does not match; {_RESTORE}.")
+
+
+def check_record(data: Any, where: str | Path) -> dict[str, Any]:
+    """`data` (a parsed record) when it is a record `build_record` wrote and `seal` sealed: first its digest
+    (`record_sha256`, nothing else trusted before it matches), then its format, then the type of every field
+    (`_SHAPE`), then that it holds no secret. Each refusal is one `LmeError` naming `where` and the field."""
+    if not isinstance(data, dict) or "record_sha256" not in data:
+        what = "empty" if data is None else f"{_kind(data)}, not a mapping" if not isinstance(data, dict) else ""
+        detail = f" ({what})" if what else ""
+        raise LmeError(f"{where}: not an lme preregistration record{detail}: no digest (record_sha256); "
+                       f"{_RESTORE}.")
+    stored = data["record_sha256"]
+    if not isinstance(stored, str) or not _HEX64.fullmatch(stored):
+        raise LmeError(f"{where}: preregistration record truncated or edited: its digest record_sha256 is "
+                       f"{_kind(stored)}, not a SHA-256 (64 hex digits); {_RESTORE}.")
+    odd = _not_json(data, "")
+    if odd is not None:
+        field, kind = odd
+        raise LmeError(f"{where}: preregistration record truncated or edited: its digest does not match (field "
+                       f"{field or '(top)'} holds {kind}, which no record lme writes holds); {_RESTORE}.")
+    digest = record_digest(data)
+    if digest != stored:
+        raise LmeError(f"{where}: preregistration record truncated or edited: its digest does not match "
+                       f"(record_sha256 does not match the record's contents, which hash to {digest[:12]}, not "
+                       f"{stored[:12]}); {_RESTORE}.")
+    version = data.get("lme_prereg")
+    if version != FORMAT or isinstance(version, bool):
+        shown = "absent" if "lme_prereg" not in data else repr(version)
+        raise LmeError(f"{where}: preregistration record format (lme_prereg) {shown}; this lme reads {FORMAT}: "
+                       "verify it with the lme that froze it, or freeze the design again.")
+    for field in data:
+        if field not in _SHAPE:
+            raise LmeError(f"{where}: field {_name(field)} is not one `prereg freeze` writes (the record was "
+                           f"edited and resealed); {_RESTORE}.")
+    for field, check in _SHAPE.items():
+        if field not in data:
+            raise LmeError(f"{where}: field {field} is missing (the record was edited and resealed); {_RESTORE}.")
+        problem = check(data[field], field)
+        if problem is not None:
+            name, expected, value = problem
+            if value is ABSENT:
+                raise LmeError(f"{where}: field {name} is missing (the record was edited and resealed); {_RESTORE}.")
+            raise LmeError(f"{where}: field {name} holds {_kind(value)}, where a record has "
+                           f"{expected} (the record was edited and resealed); {_RESTORE}.")
+    refuse_record_secrets(data, f"preregistration record {where}")
+    return data
+
+
+def _name(key: Any) -> str:
+    from lme.secrets import redact
+
+    return redact(str(key))[:80]
+
+
+def _kind(value: Any) -> str:
+    """What a value is, in words, never the value itself (it may be long, or a secret)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return f"a text of {len(value)} characters" if value else "an empty text"
+    if isinstance(value, (list, tuple)):
+        return f"a list of {len(value)} items"
+    if isinstance(value, Mapping):
+        return f"a mapping of {len(value)} keys"
+    return f"a {type(value).__name__} value"
+
+
+def _not_json(value: Any, field: str) -> tuple[str, str] | None:
+    """(field, kind) of the first value canonical JSON cannot hold as YAML gave it (a date, binary, a set, NaN,
+    a key that is not text): a record never holds one, and its digest could not be taken."""
+    import math
+
+    stack = [(value, field)]
+    while stack:
+        node, at = stack.pop()
+        if isinstance(node, dict):
+            for key, item in node.items():
+                child = f"{at}.{_name(key)}" if at else _name(key)
+                if not isinstance(key, str):
+                    return child, f"a key that is {_kind(key)}, not text"
+                stack.append((item, child))
+        elif isinstance(node, list):
+            stack.extend((item, f"{at}[{index}]") for index, item in enumerate(node))
+        elif isinstance(node, float):
+            if not math.isfinite(node):
+                return at, "a number that is not finite"
+        elif node is not None and not isinstance(node, (str, int, bool)):
+            return at, f"a {type(node).__name__} value"
+    return None
+
+
+# Each field's check: None when the value has the shape `build_record` writes, else (field, what it should be,
+# the value there).
+_Problem = tuple[str, str, Any] | None
+
+
+def _text(value: Any, field: str) -> _Problem:
+    return None if isinstance(value, str) else (field, "a text", value)
+
+
+def _text_or_null(value: Any, field: str) -> _Problem:
+    return None if value is None or isinstance(value, str) else (field, "a text or null", value)
+
+
+def _hex64(value: Any, field: str) -> _Problem:
+    return None if isinstance(value, str) and _HEX64.fullmatch(value) else (field, "a SHA-256 (64 hex digits)", value)
+
+
+def _count(value: Any, field: str) -> _Problem:
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return None if ok else (field, "a count (an integer, 0 or more)", value)
+
+
+def _bool_or_null(value: Any, field: str) -> _Problem:
+    return None if value is None or isinstance(value, bool) else (field, "true, false or null", value)
+
+
+def _mapping(value: Any, field: str) -> _Problem:
+    return None if isinstance(value, dict) else (field, "a mapping", value)
+
+
+def _list_of(check: Any) -> Any:
+    def checked(value: Any, field: str) -> _Problem:
+        if not isinstance(value, list):
+            return field, "a list", value
+        for index, item in enumerate(value):
+            problem = check(item, f"{field}[{index}]")
+            if problem is not None:
+                return problem
+        return None
+    return checked
+
+
+def _mapping_of(check: Any) -> Any:
+    def checked(value: Any, field: str) -> _Problem:
+        if not isinstance(value, dict):
+            return field, "a mapping", value
+        for key, item in value.items():
+            problem = check(item, f"{field}.{_name(key)}")
+            if problem is not None:
+                return problem
+        return None
+    return checked
+
+
+def _fields(checks: Mapping[str, Any], required: Sequence[str] = ()) -> Any:
+    """A mapping whose keys are among `checks`' (each checked when present; `required` ones must be)."""
+    def checked(value: Any, field: str) -> _Problem:
+        if not isinstance(value, dict):
+            return field, "a mapping", value
+        for key in value:
+            if key not in checks:
+                return f"{field}.{_name(key)}", f"no such field (a {field} has {', '.join(checks)})", value[key]
+        for key in required:
+            if key not in value:
+                return f"{field}.{key}", "a value", ABSENT
+        for key, item in value.items():
+            problem = checks[key](item, f"{field}.{key}")
+            if problem is not None:
+                return problem
+        return None
+    return checked
+
+
+def _created(value: Any, field: str) -> _Problem:
+    expected = "a UTC time as YYYY-MM-DDTHH:MM:SSZ"
+    if not isinstance(value, str):
+        return field, expected, value
+    try:
+        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return field, expected, value
+    return None if when.tzinfo is not None else (field, expected, value)
+
+
+def _seed(value: Any, field: str) -> _Problem:
+    return None if isinstance(value, int) and not isinstance(value, bool) else (field, "a seed (an integer)", value)
+
+
+def _plan(value: Any, field: str) -> _Problem:
+    problem = _fields({"seeds": _list_of(_seed), "primary": _text, "comparisons": _list_of(_text)},
+                      required=("seeds", "primary", "comparisons"))(value, field)
+    if problem is not None:
+        return problem
+    try:
+        Plan.from_dict(value)
+    except LmeError as exc:
+        return field, f"a plan lme accepts ({str(exc).removeprefix('prereg: ').rstrip('.')})", value
+    return None
+
+
+def _data(value: Any, field: str) -> _Problem:
+    problem = _fields({"name": _text_or_null, "path": _text, "file_sha256": _hex64, "n_questions": _count,
+                       "question_ids_sha256": _hex64, "question_ids": _list_of(_text)},
+                      required=("file_sha256", "question_ids"))(value, field)
+    if problem is not None:
+        return problem
+    ids = value["question_ids"]
+    if "n_questions" in value and value["n_questions"] != len(ids):
+        return f"{field}.n_questions", f"the number of question_ids ({len(ids)})", value["n_questions"]
+    if "question_ids_sha256" in value and value["question_ids_sha256"] != sha256_json(ids):
+        return f"{field}.question_ids_sha256", "the SHA-256 of its question_ids", value["question_ids_sha256"]
+    return None
+
+
+def _models(value: Any, field: str) -> _Problem:
+    return _mapping_of(_mapping)(value, field)
+
+
+_SHAPE: dict[str, Any] = {
+    "record_sha256": _hex64,
+    "lme_prereg": _count,
+    "name": _text_or_null,
+    "created": _created,
+    "design_name": _text_or_null,
+    "overrides": _list_of(_text),
+    "plan": _plan,
+    "design_sha256": _hex64,
+    "digests": _mapping_of(_hex64),
+    "judge_templates": _mapping_of(_hex64),
+    "models": _models,
+    "data": _data,
+    "code": _fields({"git_commit": _text_or_null, "git_dirty": _bool_or_null, "source_sha256": _hex64,
+                     "files": _mapping_of(_hex64)}),
+    "packages": _mapping_of(_text_or_null),
+    "design": _mapping,
+}
 
 
 # ---------------------------------------------------------------- differences

@@ -55,11 +55,18 @@ def _plan(args: argparse.Namespace, base: Plan) -> Plan:
 
 
 def record_for(overrides: Sequence[str], plan: Plan, **kwargs: Any) -> dict[str, Any]:
-    """Compose the config as a run would, load its questions and build the record."""
+    """Compose the config as a run would, refuse it as a run refuses it when it holds a secret (an override, a
+    design file, a user's config dir: `lme.secrets.refuse_secrets` on the composed config, before anything is
+    resolved or written), load its questions and build the record."""
+    from lme.compose import compose_config
     from lme.data.dataset import load_dataset
-    from lme.design import compose_design
+    from lme.design import design_from_config
+    from lme.secrets import refuse_secret_arguments, refuse_secrets
 
-    design = compose_design(list(overrides))
+    refuse_secret_arguments(list(overrides))  # as `python -m lme` does first (a record's own overrides too)
+    config = compose_config(list(overrides))
+    refuse_secrets(config, where="the composed config")  # `lme.cli.check_config_before_hydra`'s check
+    design = design_from_config(config, data=False)  # the run's checks: every value, a key once resolved
     data_path, questions = load_dataset(design.dataset)
     return build_record(design, data_path, [q.question_id for q in questions], plan, overrides=overrides, **kwargs)
 
@@ -70,7 +77,7 @@ def freeze(overrides: Sequence[str], plan: Plan, out: Path | None, force: bool =
     if out is None:  # the default file is known only now: its folder must not count as a change either
         record = {**record, "code": prereg.code_version(ignore=[path])}
     record = seal({**record, "name": path.stem})
-    write_record(record, path, force=force)
+    write_record(record, path, force=force)  # refuses a record holding a secret, writes it whole or not at all
     return path, record
 
 
