@@ -9,7 +9,10 @@ nothing written, no `multirun/` or `outputs/` folder and no MLflow store or run:
 - the reader and the judge build, the judge's templates read and verified (`JudgeSpec.build`);
 - every model's credentials, by `lme.models.gateway.preflight`'s rule: the reader's, the judge's and any other
   model node of the config (a model-built memory's writer), and an embedding API's key (a `litellm` backend
-  retriever's `api_key_env`, the dense retriever's own rule); an offline model needs none;
+  retriever's `api_key_env`, the dense retriever's own rule); an offline model needs none. Each key named by an
+  `api_key_env` is checked as a value too (`lme.models.keys`): whitespace at either end or inside, a control or
+  a non-ASCII character is refused in one sentence naming the variable, the character's position and code point
+  (never the key), where before every call failed as a retryable server error;
 - the data file opens as its suffix says and starts a non-empty JSON array (its first bytes; the records are
   the job's, which loads the file beside its start-up), and a `split` names a committed split or an id list;
   a small uncompressed file (the bundled sample) is parsed and the selection made, as the job refuses it;
@@ -83,6 +86,9 @@ class BeforeRun:
                 from lme.retrieval.dense import require_embedding_key  # numpy: only for an embedding API
 
                 require_embedding_key(name, key_env)
+                from lme.models.keys import check_key_variable
+
+                check_key_variable(key_env, f"embedding model {name}")  # a newline, a non-ASCII character
         spec = design.dataset
         if self.first_time(("data", str(spec.path))):
             sniff_data_file(spec.path, spec.name)

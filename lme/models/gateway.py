@@ -28,9 +28,19 @@ Offline stand-ins run with no time limit: their answers must not depend on how
 busy the machine is.
 
 A reply that cost more than its reservation (a provider that ignores
-`max_tokens`) is kept and settled at its real cost; when the budget caps
-dollars the study then stops (`ReservationExceeded`), so a cap is overshot by
-at most the replies already in flight.
+`max_tokens`, a wrong price) is kept and settled at its real cost; when the
+budget caps dollars, nothing more is sent: the overrun is marked in this
+gateway before the reply's place is given up (so no waiting request of this
+process goes out after it) and written to the ledger with the settle (so no
+other process's does: each request under a dollar cap asks the ledger first).
+The requests already out finish and are settled at their cost, then
+`ReservationExceeded` says by how much the reply exceeded its reservation and
+where the caps stand. A cap is thus overshot by at most what the requests out
+at that moment cost beyond their reservations (README, "Spending").
+
+A key read from `api_key_env` is checked as a value before any request
+(`lme.models.keys`): whitespace, control or non-ASCII characters are refused in
+one sentence naming the variable and the character, never sent.
 
 Order of writes for a paid call: the response goes into the call cache, then the
 ledger's reservation is settled; a process killed between the two leaves a
@@ -58,7 +68,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from lme.errors import LmeError
 from lme.hashing import sha256_text
 from lme.models.cache import CallCache, call_key
-from lme.models.ledger import BudgetExhausted
+from lme.models.keys import check_key
+from lme.models.ledger import OVERRUN_TOLERANCE, BudgetExhausted, ReservationExceeded
 from lme.models.limits import RateLimits
 from lme.models.litellm_loader import import_litellm
 from lme.models.offline import register_offline_providers
@@ -67,7 +78,7 @@ from lme.models.spec import ModelSpec
 if TYPE_CHECKING:
     import numpy as np
 
-    from lme.models.ledger import Budget, Ledger, Reservation
+    from lme.models.ledger import Budget, Ledger, Overrun, Reservation
     from lme.models.pricing import CallBound
 
 T = TypeVar("T")
@@ -107,10 +118,6 @@ class SystemicFailure(LmeError):
         self.error_class = error_class
         self.detail = detail
         super().__init__(f"model {model}: {error_class}: {detail}")
-
-
-class ReservationExceeded(BudgetExhausted):
-    """A reply cost more than the maximum reserved for it (its provider ignored `max_tokens`)."""
 
 
 class MalformedReply(Exception):
@@ -478,6 +485,12 @@ class Gateway:
         self.calls_cached = 0
         self.calls_failed = 0
         self.failure: SystemicFailure | None = None  # set at the first failure no retry can fix: nothing is sent after it
+        # set when a reply cost more than its reservation under a dollar cap: nothing is sent after it
+        self.overrun: ReservationExceeded | None = None
+        self._unsettled = 0  # paid calls with a request sent whose reservation is not yet closed
+        self._unsettled_lock = threading.Lock()
+        self._overrun_reported = False  # the overrun's final sentence is being or has been written
+        self._out_at_overrun: int | None = None  # other requests out when this gateway saw its first overrun
         self._refused_since: dict[str, float] = {}  # model -> when its endpoint began refusing connections
         self.recovered = None
         if ledger is not None:
@@ -515,6 +528,8 @@ class Gateway:
         `ReservationExceeded` when a reply cost more than its reservation under a dollar cap."""
         if self.failure is not None:
             raise self.failure
+        if self.overrun is not None:
+            raise self.overrun
         # An offline stand-in is sent the seed too (it draws with it at a temperature above 0); a provider's
         # model is not: the seed keys its call cache only.
         chat = _Chat(messages, seed if spec.is_offline else None)
@@ -529,6 +544,8 @@ class Gateway:
         Raises `SystemicFailure` and `BudgetExhausted` as `complete` does."""
         if self.failure is not None:
             raise self.failure
+        if self.overrun is not None:
+            raise self.overrun
         if not inputs:
             raise LmeError(f"model {spec.model}: an embedding request needs at least one text.")
         return await self._request(spec, embedding_call_key(spec.model, inputs, spec.params), _Embedding(inputs))
@@ -601,6 +618,8 @@ class Gateway:
         delay, next_recovery = 0.01, time.monotonic() + 5.0
         waited = False
         while True:
+            if self.overrun is not None:  # a reply of this gateway overran its reservation: reserve nothing more
+                raise self.overrun
             reservation, stored = await self._reserve_once(spec, key, dollars, waited)
             if stored is not None:  # answered by another process meanwhile
                 return stored
@@ -675,14 +694,16 @@ class Gateway:
         event.set()
 
     def _store_and_settle(self, key: str, model: str, stored: dict[str, Any] | None, reservation: Reservation | None,
-                          usage: dict[str, int], attempts: int, dollars: float | None) -> None:
+                          usage: dict[str, int], attempts: int, dollars: float | None) -> Overrun | None:
         """In a worker thread: the response into the call cache (unless `stored` is None: not to be cached),
-        then the reservation settled, in that order."""
+        then the reservation settled, in that order; the overrun the settle wrote, if the reply cost more than
+        its reservation under a dollar cap."""
         if self.cache is not None and stored is not None:
             self.cache.put(key, model, stored)
         if reservation is not None:
             assert self.ledger is not None
-            self.ledger.settle(reservation, usage, dollars, attempts)
+            return self.ledger.settle(reservation, usage, dollars, attempts, self.budget)
+        return None
 
     async def _call(self, spec: ModelSpec, key: str, request: _Request[R]) -> R:
         litellm = import_litellm()
@@ -694,6 +715,7 @@ class Gateway:
         if spec.api_key_env:
             api_key = os.environ.get(spec.api_key_env)
             if api_key:
+                check_key(spec.api_key_env, api_key, f"model {spec.model}")  # never sent with a newline in it
                 kwargs["api_key"] = api_key
         last_error = "no attempt made"
         attempts = 0
@@ -723,22 +745,33 @@ class Gateway:
         in_flight = False  # a request is out and unanswered (if cancelled now, it may still be billed)
         billed: dict[str, int] = {}  # tokens of malformed replies that were billed all the same
         billed_dollars = 0.0
+        capped = reservation is not None and self.budget is not None and self.budget.caps_dollars
+        unsettled = False  # counted in self._unsettled: a request of this call went out, its reservation is open
         try:
             for attempt in range(1, max(1, spec.max_attempts) + 1):
                 attempts = attempt
                 if self.failure is not None:  # another call found the study cannot succeed: send nothing more
                     raise self.failure
+                if self.overrun is not None:
+                    raise self.overrun
                 if limits is not None:
                     await limits.acquire(request_tokens)
                 try:
                     async with self._slot(spec):  # a slot is held by the request only, not by the bookkeeping
                         if self.failure is not None:
                             raise self.failure
+                        if capped:  # an overrun here or in another process on the ledger: send nothing more
+                            await self._check_overrun()
+                        if not unsettled and reservation is not None:
+                            unsettled = True
+                            self._count_unsettled(+1)
                         in_flight = True
                         response = await request.send(self, litellm, spec, kwargs)
                         in_flight = False
+                        if capped and reservation is not None:  # marked before the slot is given up
+                            self._mark_if_over(spec, request, reservation, response, billed_dollars)
                     fields = request.read(response)
-                except SystemicFailure:
+                except (SystemicFailure, BudgetExhausted):
                     raise
                 except Exception as exc:
                     in_flight = False
@@ -781,40 +814,114 @@ class Gateway:
                 done, reservation = reservation, None
                 settle_usage = {name: usage.get(name, 0) + billed.get(name, 0) for name in usage}
                 settle_cost = None if stored["cost_usd"] is None else stored["cost_usd"] + billed_dollars
+                overran = None
                 if (self.cache is not None and cacheable) or done is not None:
-                    await asyncio.to_thread(self._store_and_settle, key, spec.model, stored if cacheable else None,
-                                            done, settle_usage, attempt, settle_cost)
+                    overran = await asyncio.to_thread(self._store_and_settle, key, spec.model,
+                                                      stored if cacheable else None, done, settle_usage, attempt,
+                                                      settle_cost)
                 if done is not None:
+                    if unsettled:
+                        unsettled = False
+                        self._count_unsettled(-1)
                     self._pulse_settled()
                 self.calls_made += 1
                 result = request.result(spec.model, key, stored, cached=False)
-                if done is not None and self.budget is not None and self.budget.caps_dollars \
-                        and settle_cost is not None and settle_cost > done.dollars + 1e-9:
-                    raise ReservationExceeded(
-                        f"budget: a reply of {spec.model} cost ${settle_cost:.4f}, more than the ${done.dollars:.4f} "
-                        f"reserved for it ({request.overrun(usage)}); the study stops so that the dollar cap is not "
-                        "overshot again."
-                    )
+                if overran is not None:  # kept and settled; now nothing more is sent
+                    await self._stop_for_overrun(spec, request.overrun(usage), overran)
                 return result
         except BaseException:
             if reservation is not None and self.ledger is not None:
                 if in_flight:  # cancelled mid-request: it may have been billed
                     self.ledger.release(reservation, "interrupted", attempts)
                 elif billed:  # malformed replies that were billed, then stopped
-                    self.ledger.settle(reservation, billed, billed_dollars, attempts)
+                    self.ledger.settle(reservation, billed, billed_dollars, attempts, self.budget)
                 else:  # cancelled between attempts: nothing is out
                     self.ledger.cancel(reservation)
                 reservation = None
                 self._pulse_settled()
             raise
+        finally:
+            if unsettled:
+                self._count_unsettled(-1)
         if reservation is not None and self.ledger is not None:
+            overran = None
             if billed:  # no usable reply, but malformed ones were billed: paid, and not cached
-                await asyncio.to_thread(self.ledger.settle, reservation, billed, billed_dollars, attempts)
+                overran = await asyncio.to_thread(self.ledger.settle, reservation, billed, billed_dollars, attempts,
+                                                  self.budget)
             else:
                 await asyncio.to_thread(self.ledger.release, reservation, "failed", attempts)
             self._pulse_settled()
+            if overran is not None:
+                await self._stop_for_overrun(spec, f"{billed.get('output_tokens', 0)} output tokens billed for "
+                                                   "malformed replies", overran)
         self.calls_failed += 1
         return request.failed(spec.model, key, last_error, attempts)
+
+    # -- a reply over its reservation under a dollar cap -----------------------------------------------------
+
+    def _count_unsettled(self, change: int) -> None:
+        with self._unsettled_lock:
+            self._unsettled += change
+
+    async def _check_overrun(self) -> None:
+        """Raise the overrun that stops this gateway, or one another process wrote to the ledger."""
+        if self.overrun is not None:
+            raise self.overrun
+        assert self.ledger is not None
+        reason = await asyncio.to_thread(self.ledger.stopped_by_overrun, self.budget)
+        if reason is not None:
+            if self.overrun is None:
+                self.overrun = ReservationExceeded(reason)
+            raise self.overrun
+
+    def _mark_if_over(self, spec: ModelSpec, request: _Request[Any], reservation: Reservation, response: Any,
+                      billed_dollars: float) -> None:
+        """Right after a reply, before its place is given up: when it cost more than reserved, mark this gateway
+        stopped, so no request waiting for the place goes out (the ledger learns of it at the settle)."""
+        if self.overrun is not None:
+            return
+        try:
+            cost = _price(spec, response, _usage_numbers(getattr(response, "usage", None)))
+        except Exception:  # noqa: BLE001 - an unreadable reply is the caller's to report; priced again there
+            return
+        if cost is not None and cost + billed_dollars > reservation.dollars + OVERRUN_TOLERANCE:
+            with self._unsettled_lock:
+                self._out_at_overrun = max(0, self._unsettled - 1)  # the others out as the reply came in
+            self.overrun = ReservationExceeded(
+                f"budget: a reply of {spec.model} cost ${cost + billed_dollars:.4f}, more than the "
+                f"${reservation.dollars:.4f} reserved for it; nothing more is sent."
+            )
+
+    async def _stop_for_overrun(self, spec: ModelSpec, detail: str, overrun: Overrun) -> None:
+        """A reply cost more than its reservation under a dollar cap and is settled (kept): wait for this
+        gateway's other requests already out to finish and be settled, then raise `ReservationExceeded` saying by
+        how much the reply exceeded its reservation and where the caps stand (the same exception for every call
+        this gateway stops)."""
+        stop = self.overrun
+        if stop is None:
+            stop = self.overrun = ReservationExceeded("budget: a reply overran its reservation; nothing more is sent.")
+        if not self._overrun_reported:  # the first call to get here reports for every call this gateway stops
+            self._overrun_reported = True
+            with self._unsettled_lock:
+                out = self._unsettled if self._out_at_overrun is None else self._out_at_overrun
+            while True:
+                with self._unsettled_lock:
+                    if self._unsettled <= 0:
+                        break
+                try:
+                    await asyncio.wait_for(self._settle_event().wait(), timeout=0.05)
+                except asyncio.TimeoutError:
+                    pass
+            assert self.ledger is not None
+            standing = await asyncio.to_thread(self.ledger.cap_standing, self.budget)
+            others = f"the {out} other requests already out finished and are kept" if out != 1 else \
+                "the 1 other request already out finished and is kept"
+            stop.args = (
+                f"budget: a reply of {spec.model} cost ${overrun.dollars:.4f}, ${overrun.excess:.4f} more than the "
+                f"${overrun.reserved_dollars:.4f} reserved for it ({detail}), so nothing more was sent in this "
+                f"study; {others}, and {standing}.",
+            )
+        raise stop
 
     async def _send(self, litellm: Any, spec: ModelSpec, messages: list[dict[str, Any]], kwargs: dict[str, Any]) -> Any:
         """One request. An offline stand-in runs with no time limit (its answer must not depend on machine load)."""
@@ -862,12 +969,17 @@ def _message_chars(messages: list[dict[str, Any]]) -> int:
 
 
 def _redact(message: str, secret: str | None) -> str:
-    return message.replace(secret, "[redacted]") if secret else message
+    """A provider's error without the key it was sent nor anything else `lme.secrets.clean` removes (it is journaled,
+    traced and printed)."""
+    from lme.secrets import clean
+
+    return clean(message, [secret])
 
 
 def preflight(specs: list[ModelSpec] | tuple[ModelSpec, ...]) -> None:
-    """Before the first question: every paid model's credentials are in the environment, and litellm knows
-    its provider. No request is sent. Raises `LmeError` naming the model and the missing variable."""
+    """Before the first question: every paid model's credentials are in the environment, a key named by
+    `api_key_env` is one an HTTP header can carry (`lme.models.keys.check_key`), and litellm knows its provider.
+    No request is sent. Raises `LmeError` naming the model and the variable (never the key)."""
     seen: set[tuple[str, str | None, str | None]] = set()
     for spec in specs:
         if spec.is_offline or (spec.model, spec.api_base, spec.api_key_env) in seen:
@@ -879,6 +991,7 @@ def preflight(specs: list[ModelSpec] | tuple[ModelSpec, ...]) -> None:
                     f"model {spec.model}: the environment variable {spec.api_key_env} (its api_key_env) is not set; "
                     "export it before the run."
                 )
+            check_key(spec.api_key_env, os.environ[spec.api_key_env], f"model {spec.model}")  # whitespace, non-ASCII
             continue
         litellm = import_litellm()
         try:

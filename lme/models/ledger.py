@@ -5,7 +5,8 @@ process or many. Before a call is sent, the gateway *reserves* its maximum cost
 (`lme.models.pricing.max_call_cost`) in a write transaction that first checks
 every cap: what the job and the study have paid, plus what calls in flight
 have reserved, plus this call's maximum must stay within the caps. Concurrent
-calls, in this process or another, therefore can never overshoot a cap. When a
+calls, in this process or another, therefore never overshoot a cap while every
+reply costs at most what was reserved for it. When a
 reservation does not fit but other calls are in flight, the caller waits for
 them to settle (their actual cost is usually far below their maximum); when
 nothing is in flight and it still does not fit, `BudgetExhausted` is raised and
@@ -23,6 +24,14 @@ the call is written as `paid` with the cached tokens and dollars; otherwise it
 was in flight, may have been billed, and is written as `interrupted`, counted
 against the caps at its reserved maximum. A call served from the cache was not
 paid and is not written. So each paid call appears exactly once.
+
+A reply that cost more than its reservation (a provider that ignores `max_tokens`, a wrong price) is
+settled at its real cost, and under a dollar cap the settle also writes an `overruns` row in the same
+transaction: from then on no reservation of the study is granted (`ReservationExceeded`, in this process or
+any other on the ledger) until a dollar cap is raised above the one in force when it happened, and a gateway
+asks `stopped_by_overrun` before each request it sends, so a reservation granted just before is not sent
+either. The calls already out finish and are settled at their cost. What a cap can then be overshot by is
+what those calls cost beyond their reservations (README, "Spending").
 
 Rows hold: time, study, job, model, call key (a SHA-256 of the request), status,
 tokens (input, cached input, output, reasoning), dollars, reserved dollars and
@@ -43,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from lme.errors import LmeError
-from lme.sqlite import connect
+from lme.sqlite import StoreKind, open_store
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
@@ -80,8 +89,27 @@ CREATE TABLE IF NOT EXISTS reservations (
     pid INTEGER NOT NULL,
     process_start TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS overruns (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    time REAL NOT NULL,
+    study TEXT NOT NULL,
+    job TEXT NOT NULL,
+    model TEXT NOT NULL,
+    call_key TEXT NOT NULL,
+    dollars REAL NOT NULL,
+    reserved_dollars REAL NOT NULL,
+    job_cap REAL,
+    study_cap REAL
+);
 """
+LEDGER = StoreKind(  # how the file is opened: lme.sqlite.open_store (created whole; every fault one sentence)
+    "ledger", _SCHEMA,
+    {"calls": ("id", "time", "study", "job", "model", "call_key", "status", "dollars", "reserved_dollars"),
+     "reservations": ("id", "study", "job", "model", "call_key", "dollars", "host", "pid", "process_start")},
+    "the caps then count from zero: lower them by what it recorded; nothing else is lost",
+)
 _EPSILON = 1e-12
+OVERRUN_TOLERANCE = 1e-9  # dollars: a reply costing more than its reservation by this much overran it
 FOREIGN_STALE_AFTER_S = 24 * 3600.0  # a reservation from another host is presumed dead after this
 
 
@@ -115,6 +143,43 @@ class Budget:
 
 class BudgetExhausted(LmeError):
     """A cap would be exceeded by the next call and no call in flight can free room: the job stops cleanly."""
+
+
+class ReservationExceeded(BudgetExhausted):
+    """A reply cost more than the maximum reserved for it (its provider ignored `max_tokens`, or a price was
+    wrong): under a dollar cap nothing more is sent in the study, until a dollar cap is raised."""
+
+
+@dataclass(frozen=True)
+class Overrun:
+    """A reply that cost more than its reservation, under the dollar caps then in force (None: no cap)."""
+
+    time: float
+    job: str
+    model: str
+    dollars: float
+    reserved_dollars: float
+    job_cap: float | None
+    study_cap: float | None
+
+    @property
+    def excess(self) -> float:
+        return self.dollars - self.reserved_dollars
+
+
+def _raised(now: float | None, then: float | None) -> bool:
+    """Whether a cap is higher now than when an overrun happened (cleared counts as raised; added does not)."""
+    if then is None:
+        return False
+    return now is None or now > then + _EPSILON
+
+
+def overrun_holds(overrun: Overrun, budget: Budget | None) -> bool:
+    """Whether `overrun` still stops calls under `budget`: it caps dollars and raises neither dollar cap above
+    the one in force at the overrun."""
+    if budget is None or not budget.caps_dollars:
+        return False
+    return not (_raised(budget.study_dollars, overrun.study_cap) or _raised(budget.job_dollars, overrun.job_cap))
 
 
 @dataclass(frozen=True)
@@ -184,16 +249,15 @@ class Ledger:
 
     def __init__(self, path: str | Path, study: str = "default", job: str = "job") -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self.study = str(study)
         self.job = str(job)
         self._host = socket.gethostname()
         self._pid = os.getpid()
         self._start = process_start(self._pid)
         self._lock = threading.Lock()
-        # WAL, a busy timeout, synchronous=FULL, and a wait when another process is switching a new file to WAL
-        self._conn = connect(self.path)
-        self._conn.executescript(_SCHEMA)
+        # WAL, a busy timeout, synchronous=FULL, created whole; every fault (damaged, locked, full, ...) and
+        # every error during use a StoreError naming the file
+        self._conn = open_store(self.path, LEDGER)
 
     # -- transactions ----------------------------------------------------------------------------
 
@@ -236,6 +300,9 @@ class Ledger:
         dollars = max(0.0, float(dollars))
 
         def work(conn: sqlite3.Connection) -> Reservation | None:
+            overrun = self._holding_overrun(conn, budget)
+            if overrun is not None:  # a reply overran its reservation: nothing more is sent under these caps
+                raise ReservationExceeded(self._overrun_sentence(conn, overrun, budget))
             if conn.execute("SELECT 1 FROM reservations WHERE call_key = ? LIMIT 1", (key,)).fetchone():
                 return None  # another job is paying for this very call: share its answer
             if budget is not None and budget.caps_anything:
@@ -269,9 +336,88 @@ class Ledger:
 
         return self._write(work)
 
-    def settle(self, reservation: Reservation, usage: Mapping[str, Any], dollars: float | None, attempts: int) -> None:
-        """The call was answered: its reservation becomes a `paid` row with its tokens and dollars."""
-        self._close(reservation, "paid", usage, dollars, attempts)
+    def settle(self, reservation: Reservation, usage: Mapping[str, Any], dollars: float | None, attempts: int,
+               budget: Budget | None = None) -> Overrun | None:
+        """The call was answered: its reservation becomes a `paid` row with its tokens and dollars. When it cost
+        more than reserved and `budget` caps dollars, an `overruns` row is written in the same transaction (every
+        later reservation of the study under these caps is refused) and returned."""
+        overran = (dollars is not None and budget is not None and budget.caps_dollars
+                   and float(dollars) > reservation.dollars + OVERRUN_TOLERANCE)
+        if not overran:
+            self._close(reservation, "paid", usage, dollars, attempts)
+            return None
+        assert budget is not None and dollars is not None
+        overrun = Overrun(time.time(), self.job, reservation.model, float(dollars), reservation.dollars,
+                          None if budget.job_dollars is None else float(budget.job_dollars),
+                          None if budget.study_dollars is None else float(budget.study_dollars))
+
+        def work(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT INTO overruns (time, study, job, model, call_key, dollars, reserved_dollars, job_cap, "
+                "study_cap) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (overrun.time, self.study, self.job, reservation.model, reservation.key, overrun.dollars,
+                 overrun.reserved_dollars, overrun.job_cap, overrun.study_cap),
+            )
+
+        self._close(reservation, "paid", usage, dollars, attempts, also=work)
+        return overrun
+
+    def stopped_by_overrun(self, budget: Budget | None) -> str | None:
+        """Why nothing may be sent now under `budget` (a reply of the study overran its reservation under these
+        caps, in this process or another), as the sentence `reserve` raises; None when calls may go. A read:
+        a gateway asks it before each request it sends under a dollar cap."""
+        if budget is None or not budget.caps_dollars:
+            return None
+        with self._lock:
+            overrun = self._holding_overrun(self._conn, budget)
+            return None if overrun is None else self._overrun_sentence(self._conn, overrun, budget)
+
+    def cap_standing(self, budget: Budget | None) -> str:
+        """Where the job and the study stand against `budget`'s dollar caps, counted calls only ("the study 's'
+        has paid $0.0123 against its dollar cap of $0.0100, $0.0023 over it")."""
+        with self._lock:
+            return self._cap_standing(self._conn, budget)
+
+    def _cap_standing(self, conn: sqlite3.Connection, budget: Budget | None) -> str:
+        parts = []
+        if budget is not None:
+            for job, cap, name in ((self.job, budget.job_dollars, f"job {self.job!r}"),
+                                   (None, budget.study_dollars, f"study {self.study!r}")):
+                if cap is None:
+                    continue
+                paid = self._spending(conn, job).dollars
+                over = paid - float(cap)
+                where = f"${over:.4f} over it" if over > _EPSILON else "within it"
+                parts.append(f"the {name} has paid ${paid:.4f} against its dollar cap of ${float(cap):.4f}, {where}")
+        return "; ".join(parts) if parts else "no dollar cap is set"
+
+    def _holding_overrun(self, conn: sqlite3.Connection, budget: Budget | None) -> Overrun | None:
+        """The study's first overrun that still stops calls under `budget` (None without a dollar cap)."""
+        if budget is None or not budget.caps_dollars:
+            return None
+        rows = conn.execute(
+            "SELECT time, job, model, dollars, reserved_dollars, job_cap, study_cap FROM overruns WHERE study = ? "
+            "ORDER BY id", (self.study,),
+        ).fetchall()
+        for row in rows:
+            overrun = Overrun(float(row[0]), str(row[1]), str(row[2]), float(row[3]), float(row[4]),
+                              None if row[5] is None else float(row[5]), None if row[6] is None else float(row[6]))
+            if overrun_holds(overrun, budget):
+                return overrun
+        return None
+
+    def _overrun_sentence(self, conn: sqlite3.Connection, overrun: Overrun, budget: Budget | None) -> str:
+        caps = " and ".join(
+            f"{name} ${cap:.4f}" for name, cap in (("budget.job_dollars", overrun.job_cap),
+                                                  ("budget.study_dollars", overrun.study_cap)) if cap is not None
+        )
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(overrun.time))
+        return (
+            f"budget: at {when} a reply of {overrun.model} in job {overrun.job!r} cost ${overrun.dollars:.4f}, "
+            f"${overrun.excess:.4f} more than the ${overrun.reserved_dollars:.4f} reserved for it (its provider "
+            f"ignores max_tokens, or its price is wrong), so no call of study {self.study!r} is sent under the "
+            f"dollar caps then in force ({caps}) and {self._cap_standing(conn, budget)}."
+        )
 
     def release(self, reservation: Reservation, status: str = "failed", attempts: int = 0) -> None:
         """The call failed (nothing returned; not counted) or was cancelled mid-flight (`interrupted`; counted)."""
@@ -284,11 +430,13 @@ class Ledger:
         self._write(lambda conn: conn.execute("DELETE FROM reservations WHERE id = ?", (reservation.id,)))
 
     def _close(self, reservation: Reservation, status: str, usage: Mapping[str, Any], dollars: float | None,
-               attempts: int) -> None:
+               attempts: int, also: Callable[[sqlite3.Connection], None] | None = None) -> None:
         def work(conn: sqlite3.Connection) -> None:
             conn.execute("DELETE FROM reservations WHERE id = ?", (reservation.id,))
             self._insert(conn, self.study, self.job, reservation.model, reservation.key, status, usage, dollars,
                          reservation.dollars, attempts)
+            if also is not None:
+                also(conn)
 
         self._write(work)
 
@@ -372,14 +520,9 @@ def _call_rows(conn: sqlite3.Connection, study: str | None = None) -> list[dict[
 def read_rows(path: Path) -> list[dict[str, Any]]:
     """Every call row of the ledger file at `path`, oldest first, read-only: the file is never created,
     migrated or changed (a `Ledger` would). One sentence naming the file when it is not a ledger."""
-    try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=60)
-    except sqlite3.Error as exc:
-        raise LmeError(f"{path}: cannot open the ledger ({exc}).") from None
+    conn = open_store(path, LEDGER, readonly=True)  # StoreError: one sentence naming the file
     try:
         return _call_rows(conn)
-    except sqlite3.Error as exc:
-        raise LmeError(f"{path}: not an lme ledger (no readable calls table: {exc}).") from None
     finally:
         conn.close()
 
