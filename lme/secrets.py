@@ -496,13 +496,17 @@ class _CleanedStream:
         return getattr(self._stream, name)
 
 
+def cleaned_stream(stream: Any) -> Any:
+    """`stream` with its writes through `clean` (as it is, when it already has them)."""
+    return stream if isinstance(stream, _CleanedStream) else _CleanedStream(stream)
+
+
 @contextlib.contextmanager
 def cleaned_output():
     """Within: every line this process prints on stdout and stderr (lme's messages, Hydra's and litellm's logs,
     a traceback) goes through `clean`; the streams are put back after."""
     saved = sys.stdout, sys.stderr
-    sys.stdout = _CleanedStream(sys.stdout) if not isinstance(sys.stdout, _CleanedStream) else sys.stdout
-    sys.stderr = _CleanedStream(sys.stderr) if not isinstance(sys.stderr, _CleanedStream) else sys.stderr
+    sys.stdout, sys.stderr = cleaned_stream(sys.stdout), cleaned_stream(sys.stderr)
     try:
         yield
     finally:

@@ -53,8 +53,9 @@ from lme.hashing import sha256_json, sha256_text
 from lme.helper import HelperError, answer, helper, read_frame, yield_cpu
 from lme.judge import Judge, build_judge_prompt
 from lme.run import Outcome, QuestionRecord
-from lme.sqlite import connect
+from lme.sqlite import StoreKind, immediate, open_store
 from lme.provenance import code_tags
+from lme.secrets import clean, cleaned_stream
 from lme.tracking import TrackingSettings, client_for, experiment_id, import_store_modules, serve_run
 
 TOP_TURNS = 20  # turn ids (and scores) named on a memory or retrieval span
@@ -67,6 +68,15 @@ def messages_sha256(messages: list[dict[str, Any]]) -> str:
     return sha256_json(messages)
 
 
+TEXT_REGISTRY = StoreKind(
+    "trace text registry",
+    "CREATE TABLE IF NOT EXISTS texts (store TEXT NOT NULL, sha256 TEXT NOT NULL, trace_id TEXT NOT NULL, "
+    "PRIMARY KEY (store, sha256)) WITHOUT ROWID",
+    {"texts": ("store", "sha256", "trace_id")},
+    "texts already in traces may be stored once more; nothing else is lost",
+)
+
+
 class TextRegistry:
     """Which texts a tracking store's experiment already holds, by SHA-256, and in which trace.
 
@@ -75,25 +85,19 @@ class TextRegistry:
     jobs storing the same new text at once both keep it: a duplicate, never a loss."""
 
     def __init__(self, path: Path, store: str) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.store = store
-        self.db = connect(path, synchronous="NORMAL")  # a lost row only means a text stored twice
-        self.db.execute("CREATE TABLE IF NOT EXISTS texts (store TEXT NOT NULL, sha256 TEXT NOT NULL, "
-                        "trace_id TEXT NOT NULL, PRIMARY KEY (store, sha256)) WITHOUT ROWID")
+        # opened by lme.sqlite.open_store: created whole; a damaged, locked, full, ... file is one sentence
+        # (StoreError), which ends tracing for the job (said once on stderr), never the job
+        self.db = open_store(path, TEXT_REGISTRY, synchronous="NORMAL")  # a lost row only means a text stored twice
 
     def holder(self, sha: str) -> str | None:
         row = self.db.execute("SELECT trace_id FROM texts WHERE store = ? AND sha256 = ?", (self.store, sha)).fetchone()
         return row[0] if row else None
 
     def record(self, held: Mapping[str, str]) -> None:
-        self.db.execute("BEGIN IMMEDIATE")  # one transaction for the batch (the connection autocommits)
-        try:
+        with immediate(self.db):  # one transaction for the batch (the connection autocommits)
             self.db.executemany("INSERT OR IGNORE INTO texts (store, sha256, trace_id) VALUES (?, ?, ?)",
                                 [(self.store, sha, trace_id) for sha, trace_id in held.items()])
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
-        self.db.execute("COMMIT")
 
     def close(self) -> None:
         self.db.close()
@@ -152,6 +156,7 @@ class _Trace:
     def span(self, name: str, kind: str, parent: str | None, inputs: Any, outputs: Any, attributes: Mapping[str, Any],
              start_ns: int, end_ns: int, error: str | None = None) -> str:
         span_id = _b64(os.urandom(8))
+        name, inputs, outputs, attributes, error = clean((name, inputs, outputs, dict(attributes), error))  # lme.secrets
         encoded = {"mlflow.traceRequestId": json.dumps(self.trace_id), "mlflow.spanType": json.dumps(kind),
                    "mlflow.spanInputs": json.dumps(inputs, ensure_ascii=False),
                    "mlflow.spanOutputs": json.dumps(outputs, ensure_ascii=False)}
@@ -221,6 +226,7 @@ def helper_main() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the job, which then makes its last calls
+    sys.stderr = cleaned_stream(sys.stderr)  # its warnings (MLflow's errors) through lme.secrets.clean
     yield_cpu()  # background work: the study's own threads come first on a busy machine (lme.helper)
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything printed goes to stderr; stdout carries only our answers
@@ -348,8 +354,8 @@ class _Store:
         setup, outcome, record = self.setup, item.outcome, item.record
         trace = _Trace()
         verdict = outcome.verdict
-        inputs = {"question": item.question, "question_date": item.question_date}
-        outputs = {"answer": outcome.answer, "verdict": verdict}
+        inputs = clean({"question": item.question, "question_date": item.question_date})  # the previews' texts too
+        outputs = clean({"answer": outcome.answer, "verdict": verdict})
         root = trace.span(f"question {item.question_id}", "CHAIN", None, inputs, outputs,
                           {"lme.question_id": item.question_id, "lme.question_type": item.question_type},
                           record.start_ns, record.end_ns)
@@ -440,7 +446,7 @@ class _Store:
         if outcome.answer is not None and not outcome.judge_error:  # no verdict: the lme.verdict tag says missing
             source = AssessmentSource(source_type=setup.source[0], source_id=setup.source[1])
             assessments.append(Feedback(name="correct", value=bool(outcome.correct), source=source,
-                                        rationale=outcome.judge_reply or outcome.judge_note or None,
+                                        rationale=clean(outcome.judge_reply or outcome.judge_note or None),
                                         trace_id=trace.trace_id))
         request_preview = json.dumps(inputs, ensure_ascii=False)[:1000]
         response_preview = json.dumps(outputs, ensure_ascii=False)[:1000]
@@ -458,7 +464,7 @@ class _Store:
                             "mlflow.traceInputs": request_preview, "mlflow.traceOutputs": response_preview,
                             "mlflow.trace.tokenUsage": json.dumps(tokens),
                             "mlflow.trace.cost": json.dumps({"total_cost": round(dollars, 10)})},
-            tags={**setup.tags, "mlflow.traceName": f"question {item.question_id}",
+            tags={**clean(setup.tags), "mlflow.traceName": f"question {item.question_id}",
                   "mlflow.trace.spansLocation": "TRACKING_STORE", "lme.question_id": item.question_id,
                   "lme.question_type": item.question_type, "lme.verdict": verdict},
             assessments=assessments,

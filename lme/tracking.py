@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from lme.hashing import sha256_text
+from lme.secrets import clean
 from lme.store_template import is_new, keep_template, sqlite_path, start_from_template
 
 PARENT_ENV = "LME_PARENT_RUN_ID"
@@ -326,8 +327,31 @@ class DataInput:
     question_ids_sha256: str
 
 
+@contextlib.contextmanager
+def cleaned_file(path: Path, limit: int = 256 * 2**20):
+    """`path`, or a copy of it (same name, in a temporary folder) cleaned by `lme.secrets.clean` when the file holds a
+    secret: an artifact lme wrote (a journal holding a provider's error, a table) never carries a secret into the
+    store. A file that is not UTF-8 text, or over `limit` bytes, is given as it is."""
+    try:
+        if path.stat().st_size > limit:
+            raise ValueError
+        text = path.read_bytes().decode("utf-8")
+    except (OSError, ValueError):
+        yield path
+        return
+    cleaned = clean(text)
+    if cleaned == text:
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="lme-artifact-") as folder:
+        copy = Path(folder) / path.name
+        copy.write_text(cleaned, encoding="utf-8")
+        yield copy
+
+
 class JobRun:
-    """One MLflow run, written through the client."""
+    """One MLflow run, written through the client: every run name, tag, param, text, table and artifact through
+    `lme.secrets.clean` (the one sanitizer on every path out)."""
 
     def __init__(self, settings: TrackingSettings, run_name: str, tags: Mapping[str, str], parent_id: str | None = None,
                  owner: Mapping[str, str] | None = None):
@@ -341,14 +365,14 @@ class JobRun:
             all_tags["mlflow.parentRunId"] = parent_id
         experiment = experiment_id(settings)
         repair_orphans(settings, experiment_ids=[experiment], quiet=True)  # runs a SIGKILL left RUNNING
-        run = self.client.create_run(experiment, run_name=run_name, tags=all_tags)
+        run = self.client.create_run(experiment, run_name=clean(run_name), tags=clean(all_tags))
         self.run_id = run.info.run_id
         self.experiment_id = experiment
 
     def log_params(self, params: Mapping[str, str]) -> None:
         from mlflow.entities import Param
 
-        items = [Param(key, str(value)) for key, value in params.items()]
+        items = [Param(key, str(value)) for key, value in clean(dict(params)).items()]
         for start in range(0, len(items), 100):
             self.client.log_batch(self.run_id, params=items[start : start + 100])
 
@@ -361,10 +385,12 @@ class JobRun:
             self.client.log_batch(self.run_id, metrics=items[start : start + 500])
 
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
-        self.client.log_artifact(self.run_id, str(path), artifact_path)
+        """A file lme wrote, logged as it is, or (when it holds a secret by `lme.secrets.clean`) a cleaned copy."""
+        with cleaned_file(Path(path)) as logged:
+            self.client.log_artifact(self.run_id, str(logged), artifact_path)
 
     def log_text(self, text: str, artifact_file: str) -> None:
-        self.client.log_text(self.run_id, text, artifact_file)
+        self.client.log_text(self.run_id, clean(text), artifact_file)
 
     def log_dataset(self, data: DataInput) -> None:
         """The job's input as an MLflow dataset: the runs table's Dataset column shows it, and runs can be
@@ -375,7 +401,7 @@ class JobRun:
             name=data.name,
             digest=data.sha256[:DATASET_DIGEST_CHARS],
             source_type="local",
-            source=json.dumps({"uri": str(data.path)}),
+            source=json.dumps({"uri": clean(str(data.path))}),
             profile=json.dumps({"num_questions": data.n_questions, "sha256": data.sha256,
                                 "question_ids_sha256": data.question_ids_sha256}),
         )
@@ -414,18 +440,19 @@ class JobRun:
     def log_table(self, rows: Sequence[Mapping[str, Any]], artifact_file: str) -> None:
         """Rows (one mapping each, the same keys) as an MLflow table artifact, viewable in the UI."""
         columns = list(rows[0]) if rows else []
-        self.client.log_table(self.run_id, {column: [row.get(column) for row in rows] for column in columns},
-                              artifact_file)
+        table = {clean(column): [clean(row.get(column)) for row in rows] for column in columns}
+        self.client.log_table(self.run_id, table, artifact_file)
 
     def register_instructions(self, design: str, texts: Mapping[str, str]) -> dict[str, str]:
         """Each step's instruction as a version of the prompt `lme-<design>-<step>` in MLflow's Prompt Registry,
         linked to this run (`register_instructions`); step -> `prompts:/name/version`."""
-        return register_instructions(self.settings, self.client, self.run_id, self.experiment_id, design, texts)
+        return register_instructions(self.settings, self.client, self.run_id, self.experiment_id, clean(design),
+                                     clean(dict(texts)))
 
     def finish(self, status: str = "FINISHED", failure: str | None = None) -> None:
         """End the run; `failure` (why it failed or stopped) goes into the tag `lme.failure`."""
         if failure:
-            self.client.set_tag(self.run_id, FAILURE_TAG, failure[:5000])
+            self.client.set_tag(self.run_id, FAILURE_TAG, clean(failure)[:5000])
         self.client.set_terminated(self.run_id, status)
 
 

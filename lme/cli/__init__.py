@@ -151,6 +151,15 @@ def check_config_before_hydra(args: Sequence[str]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    """`python -m lme ...`: every line it prints (its messages, Hydra's and litellm's logs, a traceback) goes through
+    `lme.secrets.clean`."""
+    from lme.secrets import cleaned_output
+
+    with cleaned_output():
+        _main(argv)
+
+
+def _main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     refuse_secret_arguments_or_exit(args)  # before anything is written
     if args and args[0] in SUBCOMMANDS:

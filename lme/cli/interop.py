@@ -24,6 +24,7 @@ from typing import Any
 from lme.cli.parser import make_parser
 from lme.errors import LmeError
 from lme.files import write_text_atomic
+from lme.secrets import clean
 from lme.interop import (
     OFFICIAL_JUDGE_MODEL,
     compare_verdicts,
@@ -91,7 +92,7 @@ def export_main(argv: Sequence[str]) -> int:
     args = parser.parse_args(rest)
     settings = tracking_settings(overrides)
     run, rows = job_rows(settings, args.run)
-    text = hypotheses_jsonl(rows)
+    text = hypotheses_jsonl(clean(rows))  # lme.secrets: a hypothesis never carries a secret out
     missing = sum(1 for row in rows if row.get("answer") is None)
     verdicts, types = lme_verdicts(rows)
     summary = [

@@ -194,6 +194,7 @@ def main(argv: Sequence[str]) -> int:
     from lme.compose import split_overrides
     from lme.report import build_report, parse_pairs, render_markdown, report_json
     from lme.report_source import load_sources
+    from lme.secrets import clean
 
     overrides, rest = split_overrides(argv)
     args = _parser().parse_args(rest)
@@ -206,8 +207,8 @@ def main(argv: Sequence[str]) -> int:
     pairs = parse_pairs(args.pairs, labels) if args.pairs else None
     report = build_report(designs, pairs, args.resamples, args.bootstrap_seed, notes=sources.notes,
                           preregistrations=preregistrations(sources, args.prereg))
-    markdown = render_markdown(report)
-    payload = json.dumps(report_json(report), indent=2, sort_keys=True) + "\n"
+    markdown = clean(render_markdown(report))  # lme.secrets: what is printed, written and logged
+    payload = json.dumps(clean(report_json(report)), indent=2, sort_keys=True) + "\n"
     print(payload if args.json else markdown, end="", flush=True)
     if args.out is not None:
         from lme.plots import write_plots
