@@ -353,16 +353,11 @@ def labels_for(selections: Sequence[Selection]) -> list[str]:
 
 
 def _client(settings: TrackingSettings):
-    uri = settings.uri
-    if uri.startswith("sqlite:///"):
-        path = Path(uri[len("sqlite:///"):])
-        if not path.exists():
-            raise LmeError(
-                f"{path}: no MLflow tracking store there (tracking.uri={uri}); run a design first or pass tracking.uri=..."
-            )
+    """A client of the store the report reads: one that does not exist, or cannot be opened, is one sentence
+    (`lme.tracking.client_for` with `create=False`: a mistyped path never makes a new, empty store)."""
     from lme.tracking import client_for
 
-    return client_for(settings)
+    return client_for(settings, create=False)
 
 
 def _experiment_id(client: Any, settings: TrackingSettings) -> str:
@@ -376,12 +371,22 @@ def _experiment_id(client: Any, settings: TrackingSettings) -> str:
 
 def list_runs(settings: TrackingSettings) -> list[RunInfo]:
     """Every parent and job run of the experiment (all pages)."""
+    from lme.tracking import store_failure
+
     client = _client(settings)
-    experiment = _experiment_id(client, settings)
+    try:
+        experiment = _experiment_id(client, settings)
+    except LmeError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a store damaged past its first page: one sentence naming it
+        raise store_failure(settings, exc) from None
     runs: list[RunInfo] = []
     token = None
     while True:
-        page = client.search_runs([experiment], max_results=5000, page_token=token)
+        try:
+            page = client.search_runs([experiment], max_results=5000, page_token=token)
+        except Exception as exc:  # noqa: BLE001 - as above
+            raise store_failure(settings, exc) from None
         for run in page:
             if run.data.tags.get("lme.role") not in (PARENT, JOB):
                 continue

@@ -9,8 +9,15 @@ schema revision and adds the default experiment itself, with the new store's art
 template that is not one (`usable`) is neither copied nor kept: the next store MLflow makes replaces it.
 
 The templates live in `$LME_MLFLOW_TEMPLATES` (default: `~/.cache/lme/mlflow-stores`). Anything that
-goes wrong here (no room, a template another version of MLflow made, a read-only cache) leaves the store
-to MLflow, as if there were no template.
+goes wrong with a template (no room, a template another version of MLflow made, a read-only cache) is as if
+there were none.
+
+**A new store appears whole or not at all** (`create_whole`): the copy of the template, or without one the
+store MLflow's migrations make, is written in a temporary file beside the store
+(`.mlflow.db.PID.RANDOM.tmp`), then linked into place. A full disk, a file size limit or a kill during
+creation leaves no `mlflow.db` (only the temporary file, which the next creation in that folder removes once
+its process is gone): the next run finds no store and makes one. A zero-byte `mlflow.db` (left by an older
+lme, or touched) holds nothing and is replaced.
 """
 
 from __future__ import annotations
@@ -20,6 +27,8 @@ import os
 import secrets
 import shutil
 import sqlite3
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 TEMPLATES_ENV = "LME_MLFLOW_TEMPLATES"
@@ -64,7 +73,7 @@ def _new_file(folder: Path, prefix: str) -> str:
     """A new empty file in `folder` with the permissions a new file gets there (the umask's, as MLflow's own
     store would have; `tempfile.mkstemp` would make it private to the user)."""
     for _ in range(100):
-        name = os.path.join(folder, f"{prefix}{secrets.token_hex(6)}.tmp")
+        name = os.path.join(folder, f"{prefix}{os.getpid()}.{secrets.token_hex(6)}.tmp")
         try:
             os.close(os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
         except FileExistsError:
@@ -102,19 +111,99 @@ def start_from_template(path: Path) -> bool:
         return False
     try:
         shutil.copyfile(template, temporary)
-        with contextlib.suppress(FileNotFoundError):
-            if path.stat().st_size == 0:
-                path.unlink()  # an empty file (touched, or left by a crash) is no store
-        try:
-            os.link(temporary, path)
-        except FileExistsError:  # another process made the store meanwhile
-            return False
-        return True
+        _sync(temporary)
+        return _link_into_place(temporary, path)
     except OSError:
         return False
     finally:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
+
+
+def _sync(name: str) -> None:
+    """The file's bytes on disk before its name is (a crash after the link leaves a whole store)."""
+    handle = os.open(name, os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
+
+
+def _link_into_place(temporary: str, path: Path) -> bool:
+    """Link the whole file `temporary` at `path` (an empty file there, touched or left by an older lme, is no
+    store and is replaced); False when another process made the store meanwhile (its store is kept)."""
+    with contextlib.suppress(FileNotFoundError):
+        if path.stat().st_size == 0:
+            path.unlink()
+    try:
+        os.link(temporary, path)
+    except FileExistsError:
+        return False
+    return True
+
+
+LEFTOVER_AGE_S = 600.0  # a temporary file of a creation this old, whose process is gone, is removed
+
+
+def remove_leftovers(path: Path) -> list[Path]:
+    """Remove the temporary files that creations of the store `path` killed midway left beside it (named
+    `.NAME.PID.RANDOM.tmp`, older than `LEFTOVER_AGE_S`, their process gone); returns those removed."""
+    removed = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(path.parent):
+            parts = entry.name.removeprefix(f".{path.name}.").split(".")
+            if not entry.name.startswith(f".{path.name}.") or len(parts) != 3 or parts[2] != "tmp":
+                continue
+            if not parts[0].isdigit() or _alive(int(parts[0])):
+                continue
+            with contextlib.suppress(OSError):
+                if entry.is_file(follow_symlinks=False) and \
+                        time.time() - entry.stat(follow_symlinks=False).st_mtime > LEFTOVER_AGE_S:
+                    os.unlink(entry.path)
+                    removed.append(Path(entry.path))
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
+
+
+def create_whole(path: Path, make: Callable[[Path], None]) -> None:
+    """Make the new store `path` whole or not at all: a copy of the template when there is one, else `make(temporary)`
+    (MLflow's migrations, on an empty file beside `path`), kept as the template, then a consistent copy of it linked
+    into place. Whatever `make` raises (a full disk: `sqlite3.Error`, SQLAlchemy's errors) and any `OSError` are
+    raised, with nothing made at `path`. Another process that made the store meanwhile wins: its store is kept."""
+    remove_leftovers(path)
+    if start_from_template(path):
+        return
+    made = _new_file(path.parent, f".{path.name}.")
+    try:
+        make(Path(made))
+        keep_template(Path(made))  # the template of the next new store (nothing when it cannot be kept)
+        if start_from_template(path):
+            return
+        copy = _new_file(path.parent, f".{path.name}.")
+        try:
+            source, target = sqlite3.connect(f"file:{made}?mode=ro", uri=True), sqlite3.connect(copy)
+            try:
+                source.backup(target)  # whole: `made` is still open in MLflow's engine, which is left to it
+            finally:
+                source.close()
+                target.close()
+            _sync(copy)
+            _link_into_place(copy, path)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(copy)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(made)
 
 
 def keep_template(path: Path) -> bool:

@@ -26,7 +26,8 @@ from typing import Any
 
 from lme.hashing import sha256_text
 from lme.secrets import clean
-from lme.store_template import is_new, keep_template, sqlite_path, start_from_template
+from lme.errors import LmeError
+from lme.store_template import is_new, sqlite_path
 
 PARENT_ENV = "LME_PARENT_RUN_ID"
 # lme's own path variables, read by the job's config (`${oc.env:...}`): forwarded to jobs in other processes.
@@ -109,21 +110,261 @@ def _import_mlflow(sqlite_store: bool = False):
     return MlflowClient
 
 
-def client_for(settings: TrackingSettings):
-    """A client of the tracking store; the first in this process opens (and, when new, creates) the store
-    under `_store_lock`."""
-    client_class = _import_mlflow()
-
+def client_for(settings: TrackingSettings, create: bool = True):
+    """A client of the tracking store; the first in this process checks the store (`check_store`) and opens it
+    under `_store_lock`. `create`: a SQLite store that does not exist is made, whole or not at all
+    (`lme.store_template.create_whole`), as a run does; otherwise (a command that reads a store: report, runs
+    repair, export, ui) it is refused (`LmeError`: "no MLflow store at PATH", with the names close to it). Every
+    fault in opening the store is one sentence (`LmeError`): a URI MLflow cannot use, an unreachable server, a
+    store file that is damaged, empty, of another schema revision, locked, a directory, or an artifact folder
+    that is a file. The store's file is never changed to repair it."""
+    client_class = _import_mlflow(sqlite_store=sqlite_path(settings.uri) is not None)
+    if settings.uri in _READY:
+        return client_class(tracking_uri=settings.uri)
+    if not create:
+        _quick_http_failures()
     with _store_lock(settings):
-        path = sqlite_path(settings.uri) if settings.uri not in _READY else None
-        new = path is not None and is_new(path)
-        copied = new and start_from_template(path)  # a new store as a copy of an empty one (lme.store_template)
-        client = client_class(tracking_uri=settings.uri)
-        if settings.uri not in _READY:
+        path = check_store(settings, create=create)
+        if path is not None and is_new(path):
+            _create_store(settings, client_class, path)
+        try:
+            client = client_class(tracking_uri=settings.uri)
             client.search_experiments(max_results=1)  # opens the store now, inside the lock
-            if new and not copied:
-                keep_template(path)  # made by MLflow's migrations: the template of the next new store
+        except Exception as exc:  # noqa: BLE001 - MLflow's, SQLAlchemy's, SQLite's: one sentence naming the store
+            raise store_failure(settings, exc) from None
         return client
+
+
+MLFLOW_STORE = "MLflow tracking store"
+# The tables every MLflow store holds since MLflow 1 (its own migrations add the rest): one missing is a
+# broken store, not an old one.
+STORE_TABLES = ("alembic_version", "experiments", "runs", "tags", "params", "metrics")
+_MOVE_AWAY = ("move it away (it keeps whatever runs it holds; a run then starts a new store) or name another store "
+              "with tracking.uri=sqlite:///PATH")
+SERVER_PROBE_TIMEOUT_S = 5.0  # how long a tracking server's address may take to accept a connection
+
+
+def _store_kind():
+    from lme.sqlite import StoreKind
+
+    return StoreKind(what=MLFLOW_STORE, schema="", tables={},
+                     loss="the moved file keeps its runs; the new store starts without them")
+
+
+def check_store(settings: TrackingSettings, create: bool = True) -> Path | None:
+    """Check the store `settings.uri` names before MLflow opens it, each fault as one `LmeError` sentence; returns
+    a SQLite store's file (None for other stores). A malformed `sqlite:` URI, a file that is missing (unless
+    `create`), empty (0 bytes: unless `create`, which replaces it), a directory or not a regular file, not an
+    SQLite file, locked past `LME_SQLITE_BUSY_TIMEOUT_S`, or without MLflow's tables; a tracking server whose
+    address accepts no connection within `SERVER_PROBE_TIMEOUT_S`; a local artifact folder
+    (`tracking.artifact_location`) that is not a folder. A SQLite store's schema revision is MLflow's to check
+    (`store_failure` says it in one sentence)."""
+    uri = settings.uri
+    _check_artifact_folder(settings)
+    if uri.startswith(("http://", "https://")):
+        _check_server(uri)
+        return None
+    if not uri.lower().startswith("sqlite:"):
+        return None
+    path = sqlite_path(uri)
+    if path is None:
+        if uri.startswith("sqlite:///") and uri.removeprefix("sqlite:///").strip():
+            return None  # a URI with options (`?mode=ro`, `file:`): MLflow's to open
+        raise LmeError(f"tracking.uri={uri}: expected sqlite:///PATH (three slashes, then the store's file, e.g. "
+                       "sqlite:///mlflow.db).")
+    _check_store_file(path, uri, create)
+    return path
+
+
+def _check_store_file(path: Path, uri: str, create: bool) -> None:
+    import sqlite3
+    import stat
+
+    from lme.sqlite import SQLITE_HEADER, busy_timeout_s, store_error
+
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        if path.is_symlink():
+            raise LmeError(f"{path}: a broken link stands where the {MLFLOW_STORE} should be; {_MOVE_AWAY}.") from None
+        if create:
+            return
+        raise LmeError(f"no MLflow store at {path} (tracking.uri={uri}){_did_you_mean(path)}") from None
+    except OSError as exc:
+        raise store_error(path, _store_kind(), exc, "open") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise LmeError(f"{path}: a directory stands where the {MLFLOW_STORE} file should be; move it away, or name "
+                       "the store's file with tracking.uri=sqlite:///PATH.")
+    if not stat.S_ISREG(info.st_mode):
+        raise LmeError(f"{path}: not a regular file, so not an {MLFLOW_STORE}; {_MOVE_AWAY}.")
+    if info.st_size == 0:
+        if create:
+            return  # holds nothing: replaced by a new store (lme.store_template.create_whole)
+        raise LmeError(f"{path}: empty (0 bytes), not an {MLFLOW_STORE}: no run was ever recorded there; run a study "
+                       f"first (python -m lme), or name another store with tracking.uri=sqlite:///PATH.")
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(len(SQLITE_HEADER))
+    except OSError as exc:
+        raise store_error(path, _store_kind(), exc, "open") from None
+    if head != SQLITE_HEADER:
+        raise LmeError(f"{path}: not an {MLFLOW_STORE} (not an SQLite file: damaged, zeroed or another kind of "
+                       f"file); {_MOVE_AWAY}.")
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=busy_timeout_s())
+        try:
+            tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            revisions = conn.execute("SELECT COUNT(*) FROM alembic_version").fetchone()[0] \
+                if "alembic_version" in tables else 0
+        finally:
+            conn.close()
+    except (sqlite3.Error, OSError) as exc:
+        raise store_error(path, _store_kind(), exc, "open") from None
+    missing = [table for table in STORE_TABLES if table not in tables]
+    if missing or revisions != 1:
+        what = (f"it lacks MLflow's table(s) {', '.join(missing)}" if missing
+                else f"its alembic_version table holds {revisions} schema revisions, not one")
+        raise LmeError(f"{path}: an SQLite file but not a whole {MLFLOW_STORE} ({what}); {_MOVE_AWAY}.")
+
+
+def _did_you_mean(path: Path) -> str:
+    """"; did you mean X?" with the SQLite files beside `path` whose names are close to its, else what to do."""
+    import difflib
+
+    folder = path.parent if str(path.parent) else Path(".")
+    candidates = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(folder):
+            if entry.name.startswith(".") or not entry.is_file():
+                continue
+            with contextlib.suppress(OSError), open(entry.path, "rb") as handle:
+                if handle.read(16) == b"SQLite format 3\x00":
+                    candidates.append(entry.name)
+    close = difflib.get_close_matches(path.name, candidates, n=3, cutoff=0.5)
+    if close:
+        return "; did you mean " + " or ".join(f"tracking.uri=sqlite:///{folder / name}" for name in close) + "?"
+    if not folder.is_dir():
+        return f"; its folder {folder} does not exist either: check the path in tracking.uri=sqlite:///PATH."
+    return "; run a study first (python -m lme), or name the store with tracking.uri=sqlite:///PATH."
+
+
+def _check_artifact_folder(settings: TrackingSettings) -> None:
+    location = settings.artifact_location
+    if not location or location.startswith("mlflow-artifacts:") or settings.uri.startswith(("http://", "https://")):
+        return
+    if "://" in location:
+        if not location.startswith("file://"):
+            return
+        from urllib.parse import unquote, urlparse
+
+        location = unquote(urlparse(location).path)
+    folder = Path(location)
+    if os.path.lexists(folder) and not folder.is_dir():
+        raise LmeError(f"{folder}: a file stands where the MLflow artifact folder (tracking.artifact_location) should "
+                       "be; move it away, or name another folder with tracking.artifact_location=PATH.")
+
+
+def _check_server(uri: str) -> None:
+    """`LmeError` at once when nothing accepts a connection at the tracking server's address (MLflow would retry
+    for minutes)."""
+    import socket
+    from urllib.parse import urlparse
+
+    try:
+        parsed = urlparse(uri)
+        host, port = parsed.hostname, parsed.port or (443 if parsed.scheme == "https" else 80)
+    except ValueError as exc:
+        raise LmeError(f"tracking.uri={uri}: not a tracking server's address ({exc}).") from None
+    if not host:
+        raise LmeError(f"tracking.uri={uri}: no host in the tracking server's address (expected http://HOST:PORT).")
+    try:
+        socket.create_connection((host, port), timeout=SERVER_PROBE_TIMEOUT_S).close()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise LmeError(f"tracking.uri={uri}: no tracking server answers at {host}:{port} ({reason}); start it "
+                       "(mlflow server ...) or fix tracking.uri.") from None
+
+
+# MLflow retries a tracking server's failing requests for minutes by default (7 retries, backoff factor 2, 120 s
+# each): a command that only reads a store gives up sooner, unless these are set.
+QUICK_HTTP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+              "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
+
+
+def _quick_http_failures() -> None:
+    for name, value in QUICK_HTTP.items():
+        os.environ.setdefault(name, value)
+
+
+def store_failure(settings: TrackingSettings, exc: BaseException) -> LmeError:
+    """The one sentence for `exc`, raised by MLflow (or SQLAlchemy, SQLite, the network) while opening or reading the
+    tracking store `settings.uri`."""
+    from lme.errors import first_line
+
+    if isinstance(exc, LmeError):
+        return exc
+    uri = settings.uri
+    path = sqlite_path(uri)
+    cause = _low_level_cause(exc)
+    if path is not None and cause is not None:
+        from lme.sqlite import store_error
+
+        return store_error(path, _store_kind(), cause, "open")
+    text = first_line(exc)
+    found = re.search(r"found version (\S+), but expected (\S+?)\)", text)
+    if found:
+        where = str(path) if path is not None else f"tracking.uri={uri}"
+        from importlib.metadata import version
+
+        return LmeError(f"{where}: an {MLFLOW_STORE} of schema revision {found[1]}, which MLflow {version('mlflow')} "
+                        f"(revision {found[2]}) does not read; open it with the MLflow that made it, or back it up and "
+                        f"run `mlflow db upgrade {uri}` if it is older.")
+    if "unsupported uri" in text.lower() or "could not find a registered" in text.lower():
+        return LmeError(f"tracking.uri={uri}: MLflow cannot use this tracking URI; use sqlite:///PATH, http(s)://HOST, "
+                        "postgresql://, mysql://, mssql:// or databricks.")
+    where = str(path) if path is not None else f"tracking.uri={uri}"
+    return LmeError(f"{where}: the {MLFLOW_STORE} cannot be opened ({type(exc).__name__}: {text[:300]}); check "
+                    "tracking.uri and the store.")
+
+
+def _create_store(settings: TrackingSettings, client_class: Any, path: Path) -> None:
+    """A new SQLite store at `path`, whole or not at all (`lme.store_template.create_whole`): MLflow's migrations run
+    on a temporary file beside it. A failure (a full disk) is one sentence; nothing is left at `path`."""
+    from lme.store_template import create_whole
+
+    def make(temporary: Path) -> None:
+        client_class(tracking_uri=f"sqlite:///{temporary.absolute()}").search_experiments(max_results=1)
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        create_whole(path, make)
+    except Exception as exc:  # noqa: BLE001 - one sentence; nothing was made at `path`
+        from lme.errors import first_line
+        from lme.sqlite import store_error
+
+        cause = _low_level_cause(exc)
+        if cause is None:
+            raise store_failure(settings, exc) from None
+        detail = first_line(cause)
+        if store_error(path, _store_kind(), cause, "create").fault == "full":
+            raise LmeError(f"{path}: the {MLFLOW_STORE} could not be created ({detail}: the disk is full or a file "
+                           "size limit was reached); nothing was made there: free space and run again.") from None
+        raise LmeError(f"{path}: the {MLFLOW_STORE} could not be created ({detail}); nothing was made there: make "
+                       "its folder writable, or name another store with tracking.uri=sqlite:///PATH.") from None
+
+
+def _low_level_cause(exc: BaseException) -> BaseException | None:
+    """The SQLite or system error under `exc` (SQLAlchemy's `.orig`, a chained cause), if any."""
+    import sqlite3
+
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, (sqlite3.Error, OSError)):
+            return cause
+        seen.add(id(cause))
+        cause = getattr(cause, "orig", None) or cause.__cause__ or cause.__context__
+    return None
 
 
 def artifact_location(settings: TrackingSettings) -> str | None:
@@ -684,11 +925,13 @@ def owner_tags() -> dict[str, str]:
     return {"lme.host": socket.gethostname(), "lme.pid": str(pid), "lme.pid_start": process_start(pid)}
 
 
-def repair_orphans(settings: TrackingSettings, experiment_ids: list[str] | None = None, quiet: bool = False) -> list[str]:
+def repair_orphans(settings: TrackingSettings, experiment_ids: list[str] | None = None, quiet: bool = False,
+                   strict: bool = False) -> list[str]:
     """Mark KILLED every RUNNING run whose owning process, on this machine, is gone; returns their ids.
     Runs owned by another machine are left alone (their process cannot be checked from here). Every job
     repairs on starting, so jobs starting together may mark the same orphan: the failure tag's insert that
-    loses to another job's is not an error."""
+    loses to another job's is not an error. A store that cannot be searched has nothing to repair for a job
+    starting; `strict` (`lme runs repair`): its failure is raised."""
     import socket
 
     from lme.models.ledger import process_alive
@@ -700,6 +943,8 @@ def repair_orphans(settings: TrackingSettings, experiment_ids: list[str] | None 
     try:
         running = client.search_runs(ids, filter_string="attributes.status = 'RUNNING'", max_results=10_000)
     except Exception:  # noqa: BLE001 - a store that cannot be searched has nothing to repair here
+        if strict:
+            raise
         return []
     for run in running:
         tags = run.data.tags
