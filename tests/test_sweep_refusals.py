@@ -209,3 +209,84 @@ def test_the_compressed_sample_passes_the_data_check(tmp_path):
     for path, compress in ((tmp_path / "s.json.xz", lzma.compress), (tmp_path / "s.json.gz", gzip.compress)):
         path.write_bytes(compress(SAMPLE_PATH.read_bytes()))
         sniff_data_file(path, "sample")
+
+
+# -- keys checked as values (issue 36, item 6): in-process, before Hydra, nothing written --------------------
+
+KEY = "sk-proj-" + "A1b2C3d4E5f6" * 4  # 56 visible ASCII characters: a well-formed key
+KEY_CASES = {  # id: (the variable's value, what the sentence says after the variable's name)
+    "a trailing newline": (KEY + "\n", f"ends with a newline (character {len(KEY) + 1}, U+000A); remove it."),
+    "a trailing CRLF": (KEY + "\r\n", f"ends with 2 invisible characters, the first a carriage return "
+                                      f"(character {len(KEY) + 1}, U+000D); remove them."),
+    "a leading space": (" " + KEY, "starts with a space (character 1, U+0020); remove it."),
+    "an inner newline": (KEY[:20] + "\n" + KEY[20:], "holds a newline inside it (character 21, U+000A); remove it."),
+    "a control character": (KEY[:9] + "\x07" + KEY[9:], "holds a control character inside it (character 10, U+0007)"),
+    "a non-Latin-1 character": (KEY[:30] + "\u2013" + KEY[31:], "holds a non-ASCII character (character 31, U+2013), "
+                                                                "which an HTTP header cannot carry"),
+    "a Latin-1 character": (KEY[:5] + "\u00e9" + KEY[6:], "holds a non-ASCII character (character 6, U+00E9)"),
+    "a byte-order mark": ("\ufeff" + KEY, "starts with a byte-order mark (character 1, U+FEFF); remove it."),
+}
+
+
+def _refused_in_process(args: list[str], capsys, cwd: Path, key: str) -> str:
+    """`lme.cli.main(args)` in this process: exit 2, one `lme: error:` line, nothing written in `cwd`, and no
+    part of the key in what it printed. Returns the line."""
+    from lme.cli import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main([f"tracking.uri=sqlite:///{cwd}/mlflow.db", *args])
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert stopped.value.code == 2, err[-3000:]
+    assert len(lines) == 1 and lines[0].startswith("lme: error: "), err[-3000:]
+    assert KEY[8:20] not in out + err and key.strip() not in out + err  # the key is never printed
+    assert list(cwd.iterdir()) == []  # no store, no multirun/ or outputs/, no cache or ledger
+    return lines[0]
+
+
+def test_a_key_that_cannot_be_sent_is_refused_before_a_sweep_starts(tmp_path, monkeypatch, capsys):
+    """The real CLI in this process (3 configs composed: ~1.5 s of CPU): refused before Hydra, nothing written."""
+    value, says = KEY_CASES["a trailing newline"]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OPENAI_API_KEY", value)
+    line = _refused_in_process(["+design=bm25", "reader=gpt5_mini", *SWEEP], capsys, tmp_path, value)
+    assert line == ("lme: error: model openai/gpt-5-mini: the environment variable OPENAI_API_KEY (its api_key_env) "
+                    + says), line
+
+
+@pytest.mark.parametrize("case", list(KEY_CASES), ids=list(KEY_CASES))
+def test_every_kind_of_unsendable_key_is_one_sentence_naming_the_character(monkeypatch, case):
+    """The check the CLI runs before Hydra (`lme.before_run` -> `preflight`), for each kind of character: one
+    sentence with the variable, the character's position and code point, and no part of the key."""
+    from lme.errors import LmeError
+    from lme.models.gateway import ModelSpec, preflight
+
+    value, says = KEY_CASES[case]
+    monkeypatch.setenv("LME_SOME_KEY", value)
+    with pytest.raises(LmeError) as refused:
+        preflight([ModelSpec(model="openai/gpt-4o-mini", api_key_env="LME_SOME_KEY")])
+    sentence = str(refused.value)
+    assert sentence.startswith("model openai/gpt-4o-mini: the environment variable LME_SOME_KEY (its api_key_env) ")
+    assert says in sentence and "\n" not in sentence, sentence
+    assert KEY[8:20] not in sentence
+
+
+def test_an_embedding_apis_key_is_checked_as_a_value_too(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LME_EMBED_KEY", KEY + "\t")
+    line = _refused_in_process(["+design=pipeline", "retriever=semantic", "retriever.backend=litellm",
+                                "retriever.model=openai/text-embedding-3-small", "retriever.api_key_env=LME_EMBED_KEY"],
+                               capsys, tmp_path, KEY)
+    assert (f"embedding model semantic: the environment variable LME_EMBED_KEY (its api_key_env) ends with a tab "
+            f"(character {len(KEY) + 1}, U+0009); remove it.") in line, line
+
+
+def test_a_well_formed_key_passes_the_check(monkeypatch):
+    """Every visible ASCII character a provider's key uses passes (no false refusal)."""
+    from lme.models.keys import check_key, key_problem
+
+    for key in (KEY, "sk-ant-api03-" + "x_y-z" * 10, "AIzaSy" + "Ab+/=:." * 5, "".join(map(chr, range(0x21, 0x7F)))):
+        assert key_problem(key) is None
+        check_key("ANY_KEY", key)
+    check_key("ANY_KEY", None)  # unset: not this check's to refuse
+    assert key_problem("   ") == "holds only whitespace (3 characters); export the key itself"

@@ -46,12 +46,17 @@ def _describe(char: str) -> str:
     return "a non-ASCII character"
 
 
+def _invisible(char: str) -> bool:
+    """Whitespace, or a control or format character (a byte-order mark, a zero-width space)."""
+    return char.isspace() or unicodedata.category(char) in ("Cc", "Cf")
+
+
 def key_problem(value: str) -> str | None:
     """What makes `value` unusable as an API key, as a clause naming the first bad character's position and
     code point ("ends with a newline (character 52, U+000A); remove it"), or None when it is visible ASCII."""
     if all(_visible_ascii(char) for char in value):
         return None
-    if not value.strip():
+    if all(_invisible(char) for char in value):
         return f"holds only whitespace ({len(value)} characters); export the key itself"
     last = len(value)
     for index, char in enumerate(value, start=1):
@@ -59,10 +64,10 @@ def key_problem(value: str) -> str | None:
             continue
         what = _describe(char)
         code = f"character {index}, U+{ord(char):04X}"
-        if index == 1 and char.isspace():
+        if index == 1 and _invisible(char):
             return f"starts with {what} ({code}); remove it"
-        if char.isspace() and not value[index - 1:].strip():  # only whitespace from here to the end
-            where = "ends with" if index == last else f"ends with {last - index + 1} whitespace characters, the first"
+        if all(_invisible(rest) for rest in value[index - 1:]):  # nothing visible from here to the end
+            where = "ends with" if index == last else f"ends with {last - index + 1} invisible characters, the first"
             return f"{where} {what} ({code}); remove {'it' if index == last else 'them'}"
         if what == "a non-ASCII character":
             return (f"holds {what} ({code}), which an HTTP header cannot carry (a key is plain ASCII); "

@@ -33,7 +33,7 @@ MAX_TOKENS = 16
 REPLY_TOKENS = 5 * MAX_TOKENS  # what the server sends and bills, whatever the request asked for
 PROMPT_TOKENS = 20
 PRICE_IN, PRICE_OUT = 1e-6, 1e-4
-CALLS_PER_SLOT = 10  # calls asked for: IN_FLIGHT x this
+CALLS_PER_SLOT = 4  # calls asked for: IN_FLIGHT x this
 
 
 def spec_for(server: LoopbackServer) -> ModelSpec:

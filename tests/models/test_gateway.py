@@ -315,3 +315,32 @@ def test_an_unknown_offline_model_is_refused_when_configured():
 
     with pytest.raises(LmeError, match="lme-offline/nope"):
         ModelSpec(model="lme-offline/nope")
+
+
+@pytest.mark.parametrize("value, says", [
+    ("sk-test-key\n", "ends with a newline (character 12, U+000A); remove it"),
+    ("sk-test\u2013key", "holds a non-ASCII character (character 8, U+2013)"),
+])
+def test_a_key_that_cannot_be_sent_is_refused_by_the_gateway_before_any_request(tmp_path, monkeypatch, value, says):
+    """Paths that run no `preflight` (`lme embed`, a retriever's own gateway) meet the same check in the gateway:
+    one sentence (an `LmeError`: exit 2) for a chat and an embedding request, nothing sent, nothing in the
+    ledger; before, every call failed as a retryable InternalServerError."""
+    from lme.models.keys import KeyRefused
+    from lme.models.ledger import Ledger
+
+    monkeypatch.setenv(KEY_ENV, value)
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    with LoopbackServer(reply="ok") as server:
+        gateway = Gateway(CallCache(tmp_path / "calls.sqlite"), ledger=ledger)
+        spec = spec_for(server)
+        with pytest.raises(KeyRefused) as chat:
+            call(gateway, spec)
+        with pytest.raises(KeyRefused) as embedding:
+            asyncio.run(gateway.embed(spec_for(server, model="openai/text-embedding-3-small"), ["a text"]))
+        assert server.requests == []
+    for refused in (chat, embedding):
+        assert isinstance(refused.value, LmeError)
+        assert f"the environment variable {KEY_ENV} (its api_key_env) {says}" in str(refused.value)
+        assert "sk-test" not in str(refused.value)
+    assert ledger.rows() == [] and ledger.open_reservations() == 0
+    ledger.close()
