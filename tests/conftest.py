@@ -35,6 +35,10 @@ _folder_of_this_process("LME_ONNX_DIR", "lme-test-onnx-")
 # New MLflow SQLite stores start from an empty one (lme.store_template): the template of this test process, not
 # the user's cache
 _folder_of_this_process("LME_MLFLOW_TEMPLATES", "lme-test-mlflow-templates-")
+# Hypothesis keeps its examples and a cache of the constants it scans lme's modules for (8 s when cold) in
+# `.hypothesis/` of the current folder, the checkout: outside it instead, kept between runs, unless the caller set it
+os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY",
+                      os.path.join(tempfile.gettempdir(), f"lme-test-hypothesis-{os.getuid()}"))
 
 import subprocess  # noqa: E402
 

@@ -4,7 +4,12 @@
 
 A job folder is a folder holding `outcomes.jsonl` (the job's journal) and Hydra's `.hydra/`; every job
 folder under the FOLDERs (default: `multirun/` and `outputs/`) counts, whatever became of its design
-(discarded designs, designs whose file is gone). Its journal gives, per question and step, the reader's,
+(discarded designs, designs whose file is gone). Its files are checked as they are read (the journal row by
+row, as a resume reads it; `.hydra/config.yaml`, `hydra.yaml` and `overrides.yaml` with lme's safe YAML
+reader and their shapes): a fault in any of them (not UTF-8, not YAML, an alias, a row of the wrong shape,
+a directory or an unreadable file in its place) stops the command with one sentence naming the file and
+line, exit 2, and nothing is written; fix the file or move that folder out of the FOLDERs. A job folder
+without `.hydra/` still counts, its paid calls under the jobs of no folder (a note says so). Its journal gives, per question and step, the reader's,
 the judge's and a model-built memory's calls, those served from the call cache, tokens and dollars. Its ledger (the SQLite file
 of `budget.ledger_path`, shared by every job of a study; read from the job's own config) holds one row per
 paid call, written under the job's name (`budget.job`, else its output folder); the arbiter's calls are
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -55,14 +61,50 @@ class JobFolder:
     rows: tuple[Mapping[str, Any], ...]
 
 
-def _yaml(path: Path) -> dict[str, Any]:
-    import yaml
+def _hydra_file(path: Path, shape: type) -> Any:
+    """One of Hydra's files in a job's `.hydra/` (read safely: `lme.yamlfile.read_yaml`), or None when it is
+    absent; `LmeError` naming it when it cannot be read, is not YAML lme can read, or is not of `shape` (a
+    mapping for config.yaml and hydra.yaml, a list for overrides.yaml)."""
+    from lme.yamlfile import read_yaml
 
+    if not os.path.lexists(path):
+        return None
+    data = read_yaml(path)
+    if data is None:  # an empty file
+        data = shape()
+    if not isinstance(data, shape):
+        kind = "a mapping" if shape is dict else "a list"
+        raise LmeError(f"{path}: {kind} is expected (Hydra writes one), found {type(data).__name__}; restore the "
+                       "job folder's .hydra/ files or move the folder out of the folders lme cost reads.")
+    return data
+
+
+def _mapping(data: dict[str, Any], key: str, path: Path) -> dict[str, Any]:
+    """`data[key]` when it is a mapping, {} when absent or null; `LmeError` naming the file otherwise."""
+    value = data.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise LmeError(f"{path}: {key} is {type(value).__name__}, not a mapping as Hydra writes it; restore the "
+                       "job folder's .hydra/ files or move the folder out of the folders lme cost reads.")
+    return value
+
+
+def _scalar(value: Any, key: str, path: Path) -> Any:
+    """A config value that should be plain (text, a number, null); `LmeError` naming the file for a list or a
+    mapping."""
+    if isinstance(value, (dict, list)):
+        raise LmeError(f"{path}: {key} is {type(value).__name__}, not a single value; restore the job folder's "
+                       ".hydra/ files or move the folder out of the folders lme cost reads.")
+    return value
+
+
+def _resolved(path: Path) -> Path:
+    """`path` made absolute, its links resolved where they can be (a loop of links: as written)."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise LmeError(f"{path}: not a readable YAML file ({type(exc).__name__}).") from None
-    return data if isinstance(data, dict) else {}
+        return path.resolve()
+    except (OSError, RuntimeError):
+        return Path(os.path.abspath(path))
 
 
 def _plain(value: Any) -> str | None:
@@ -102,15 +144,22 @@ class _Composer:
 
 
 def read_job(path: Path, compose: _Composer) -> JobFolder:
-    """One job folder: its design, seed, ledger and name in it (from `.hydra/`), and its journal's rows."""
+    """One job folder: its design, seed, ledger and name in it (from `.hydra/`), and its journal's rows.
+    Every file is checked as it is read: a fault in any of them is one `LmeError` naming the file."""
     from lme.run import Journal
 
     hydra = path / ".hydra"
-    config = _yaml(hydra / "config.yaml") if (hydra / "config.yaml").is_file() else {}
-    runtime = (_yaml(hydra / "hydra.yaml").get("hydra") or {}).get("runtime") or {} if (
-        hydra / "hydra.yaml").is_file() else {}
-    overrides = _yaml_list(hydra / "overrides.yaml")
-    budget = config.get("budget") if isinstance(config.get("budget"), dict) else {}
+    config_path, hydra_path, overrides_path = hydra / "config.yaml", hydra / "hydra.yaml", hydra / "overrides.yaml"
+    config = _hydra_file(config_path, dict) or {}
+    runtime = _mapping(_mapping(_hydra_file(hydra_path, dict) or {}, "hydra", hydra_path), "runtime", hydra_path)
+    overrides = [str(_scalar(item, "an override", overrides_path)) for item in _hydra_file(overrides_path, list) or []]
+    budget = _mapping(config, "budget", config_path)
+    for key in ("ledger_path", "study", "job"):
+        _scalar(budget.get(key), f"budget.{key}", config_path)
+    for key in ("cache_dir", "design_name", "seed"):
+        _scalar(config.get(key), key, config_path)
+    for key in ("cwd", "output_dir"):
+        _scalar(runtime.get(key), f"hydra.runtime.{key}", hydra_path)
     cwd = Path(str(runtime.get("cwd") or "."))
     ledger: Path | None = None
     study = _plain(budget.get("study"))
@@ -127,28 +176,20 @@ def read_job(path: Path, compose: _Composer) -> JobFolder:
             composed, composed_study = None, None
         ledger, study = composed, study or composed_study
     if ledger is not None:
-        ledger = (cwd / ledger.expanduser()) if not ledger.expanduser().is_absolute() else ledger.expanduser()
-    name = _plain(budget.get("job")) or str(Path(str(runtime.get("output_dir") or path)).resolve())
+        try:
+            ledger = ledger.expanduser()
+        except RuntimeError:  # `~user` of no user here: the path as written
+            pass
+        ledger = ledger if ledger.is_absolute() else cwd / ledger
+    name = _plain(budget.get("job")) or str(_resolved(Path(str(runtime.get("output_dir") or path))))
     rows = tuple(asdict(outcome) for outcome in Journal(path / JOURNAL).read())
     return JobFolder(path=path, design=str(config.get("design_name") or _design_from_path(path)),
                      seed=str(config.get("seed", "?")), ledger=ledger, ledger_job=name, study=study, rows=rows)
 
 
-def _yaml_list(path: Path) -> list[str]:
-    if not path.is_file():
-        return []
-    import yaml
-
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return []
-    return [str(item) for item in data] if isinstance(data, list) else []
-
-
 def _design_from_path(path: Path) -> str:
     """`multirun/DESIGN/TIME/N` or `outputs/DESIGN/TIME`: the design's name from the folder, when no config says it."""
-    parts = path.resolve().parts
+    parts = _resolved(path).parts
     for root in DEFAULT_FOLDERS:
         if root in parts:
             index = len(parts) - 1 - parts[::-1].index(root)
@@ -158,12 +199,15 @@ def _design_from_path(path: Path) -> str:
 
 
 def find_jobs(folders: Sequence[Path]) -> list[Path]:
-    """Every job folder (holding outcomes.jsonl) under `folders`, sorted."""
+    """Every job folder under `folders`, sorted: a folder holding an entry named outcomes.jsonl, whatever it is
+    (a journal that is a directory, a broken link or a loop of links is the job's fault, said by `read_job`).
+    Links to folders are not followed."""
     found: set[Path] = set()
     for folder in folders:
-        if (folder / JOURNAL).is_file():
-            found.add(folder)
-        found.update(path.parent for path in folder.rglob(JOURNAL) if path.is_file())
+        for root, dirs, files in os.walk(folder):
+            if JOURNAL in dirs or JOURNAL in files:
+                found.add(Path(root))
+            dirs[:] = [name for name in dirs if name != JOURNAL]  # not what lies inside a journal's place
     return sorted(found)
 
 
@@ -254,7 +298,7 @@ def study_spend(folders: Sequence[Path], ledgers: Sequence[Path] = (), study: st
     notes: list[str] = []
     files: list[Path] = []
     for path in [*ledgers, *(job.ledger for job in jobs if job.ledger is not None)]:
-        resolved = path.resolve()
+        resolved = _resolved(path)
         if resolved not in files:
             files.append(resolved)
     for path in ledgers:
@@ -264,7 +308,7 @@ def study_spend(folders: Sequence[Path], ledgers: Sequence[Path] = (), study: st
     read: list[tuple[str, int]] = []
     for path in files:
         if not path.is_file():
-            users = sum(1 for job in jobs if job.ledger is not None and job.ledger.resolve() == path)
+            users = sum(1 for job in jobs if job.ledger is not None and _resolved(job.ledger) == path)
             notes.append(f"the ledger {path} of {users} job(s) does not exist (no paid call was made, or it was "
                          "moved: pass --ledger FILE)")
             continue
@@ -284,7 +328,7 @@ def study_spend(folders: Sequence[Path], ledgers: Sequence[Path] = (), study: st
         spend.seeds.append(job.seed)
         spend.add_rows(job.rows)
         if job.ledger is not None:
-            key = (str(job.ledger.resolve()), job.ledger_job)
+            key = (str(_resolved(job.ledger)), job.ledger_job)
             if key in owner and owner[key] is not spend:
                 notes.append(f"job folders of designs {owner[key].name} and {job.design} share the ledger job name "
                              f"{job.ledger_job!r} (budget.job): its rows are counted under {owner[key].name}")
@@ -392,7 +436,9 @@ def _parser() -> argparse.ArgumentParser:
         "A study's total spend from its job folders and ledger: per design, jobs, reader and judge calls, calls "
         "from the cache (and what they first cost), paid calls, tokens and dollars, and the total, discarded "
         "designs included. Other key=value arguments are config overrides (cache_dir=..., budget.ledger_path=...) "
-        "naming the ledger a run here would use.",
+        "naming the ledger a run here would use. A job folder is one holding outcomes.jsonl; a fault in its "
+        "journal or .hydra/ files stops the command with one sentence naming the file (exit 2): fix it or move the "
+        "folder away.",
     )
     parser.add_argument("folders", nargs="*", type=Path, metavar="FOLDER",
                         help=f"job folders or folders holding them (default: {', '.join(DEFAULT_FOLDERS)})")
@@ -426,7 +472,7 @@ def main(argv: Sequence[str]) -> int:
         if overrides:
             raise
         here = None
-    if here is not None and here.is_file() and here.resolve() not in [p.resolve() for p in ledgers]:
+    if here is not None and here.is_file() and _resolved(here) not in [_resolved(p) for p in ledgers]:
         ledgers.append(here)
     spend = study_spend(folders, ledgers, args.study, compose)
     if not spend.designs and spend.other is None:
