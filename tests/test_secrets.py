@@ -315,3 +315,47 @@ def test_the_scan_sees_what_a_run_writes(tmp_path):
     assert any("mlruns" in path and path.endswith("config.yaml") for path in holding)
     names = {path.name for path in tmp_path.rglob("*") if path.is_file()}
     assert {"calls.sqlite", "ledger.sqlite", "outcomes.jsonl", "mlflow.db"} <= names
+
+
+# ----- credentials in URLs and the one sanitizer (issue 36, item 3) -----
+
+URL_TOKEN = "a1B2c3D4e5F6" + "g7H8i9J0kLmN"
+URL_SECRETS = [
+    f"https://host/v1/{URL_TOKEN}/chat", "https://host/v1?sig=Zx9Qw8Er7Ty6", "https://host/v1?api-key=abcd1234efgh",
+    "https://host/v1?token=abc123", "host/v1?sig=CANARY123", "https://host/cb#access_token=ya29.a0AfH6SMB",
+    "https://b.s3.amazonaws.com/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Signature=" + DIGEST,
+    "https://k3j5h7g9f1d2s4a6q8w0@host/v1", "https://host/v1?code=4/0AY0e-g7x",
+]
+URL_ORDINARY = [
+    "https://x.openai.azure.com/openai/deployments/gpt-4o/chat/completions?api-version=2024-02-01",
+    "https://host/v1/chat/completions", "mlflow-artifacts:/1/0f9e8d7c6b5a49382716a5b4c3d2e1f0/artifacts",
+    f"file:///tmp/mlruns/1/{DIGEST[:32]}/artifacts/config.yaml", "https://huggingface.co/Qwen/Qwen2.5-72B-Instruct-GPTQ-Int4",
+    "https://host/runs/0f9e8d7c-6b5a-4938-2716-a5b4c3d2e1f0/tr-0f9e8d7c6b5a49382716a5b4c3d2e1f0",
+    "https://host/2024/20240229T120000Z/x?X-Amz-Date=20240101T000000Z&max_tokens=512", "https://host/?token={api_key}",
+    "postgresql://postgres@localhost/db",
+]
+
+
+@pytest.mark.parametrize("text", URL_SECRETS)
+def test_a_token_in_a_url_is_found_and_redacted(text):
+    assert holds_a_key(text) and "[redacted]" in redact(text) and "[redacted]" in secrets.clean(text)
+
+
+@pytest.mark.parametrize("text", URL_ORDINARY)
+def test_ordinary_urls_hold_no_token(text):
+    assert redact(text) == text and secrets.clean(text) == text
+
+
+def test_a_token_in_a_url_is_refused_naming_the_field():
+    with pytest.raises(LmeError, match=r"^config value reader.model.api_base holds a token in a URL \(its user, path or "
+                                       r"query\); secrets are never logged"):
+        refuse_secrets({"reader": {"model": {"api_base": f"https://host/v1/{URL_TOKEN}/chat"}}})
+
+
+def test_clean_removes_the_environment_secrets_and_secret_named_fields(monkeypatch):
+    value = "plainwords" + "canaryvalue"  # no key shape: only its variable says it is a secret
+    monkeypatch.setenv("LME_SOME_TOKEN", value)
+    cleaned = secrets.clean({"note": f"the provider said {value}", "password": "x", "n": 3, "rows": [value, None]})
+    assert cleaned == {"note": "the provider said [redacted]", "password": "[redacted]", "n": 3,
+                       "rows": ["[redacted]", None]}
+    assert secrets.clean("nothing here") == "nothing here"
