@@ -24,6 +24,15 @@ own file and folder never count as a change to the tree), the data
 file's path (its digest is compared), the overrides as typed (their result is
 compared) and mlflow's version (it only records). The time is recorded, never
 compared.
+
+Reading a record (`load_record`, for `verify`, the run's check and the report) goes through `lme.yamlfile`
+(no alias, no nesting past 64 levels, 16 MB at most, UTF-8) and `check_record`: the digest first (a record
+cut short or edited is "truncated or edited", before any field is used), then the format, then every
+field's type as `build_record` writes it (`_SHAPE`; a record edited and resealed with `seal` is refused
+naming the field), then that it holds no secret. Each refusal is one `LmeError` naming the file. Writing
+one (`write_record`) refuses a record holding a key-shaped value, a URL credential or a secret-named value
+(`lme.secrets`, the run's rules) or one that would not read back as itself, and writes it whole or not at
+all (`lme.files.write_text_atomic`).
 """
 
 from __future__ import annotations
@@ -357,9 +366,14 @@ def write_record(record: Mapping[str, Any], path: Path, force: bool = False) -> 
     if parse_record(data.decode("utf-8"), str(path)) != dict(record):  # never write what would not read back
         raise LmeError(f"{path}: the record would not read back as written (a value YAML cannot hold as it is); "
                        "nothing was written.")
+    refuse_existing(path, force)
+    write_text_atomic(path, text)
+
+
+def refuse_existing(path: Path, force: bool = False) -> None:
+    """`LmeError` when something is at `path` already (a record is never overwritten without `force`)."""
     if os.path.lexists(path) and not force:
         raise LmeError(f"{path}: a preregistration record already exists; pick another --out or pass --force.")
-    write_text_atomic(path, text)
 
 
 def refuse_record_secrets(record: Mapping[str, Any], where: str) -> None:

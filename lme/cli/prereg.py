@@ -72,6 +72,8 @@ def record_for(overrides: Sequence[str], plan: Plan, **kwargs: Any) -> dict[str,
 
 
 def freeze(overrides: Sequence[str], plan: Plan, out: Path | None, force: bool = False) -> tuple[Path, dict[str, Any]]:
+    if out is not None:  # before the work (on LongMemEval-S, ~20 s); write_record checks again
+        prereg.refuse_existing(out, force)
     record = record_for(overrides, plan, record_path=out)
     path = out or Path("prereg") / f"{record['design_name']}.yaml"
     if out is None:  # the default file is known only now: its folder must not count as a change either
