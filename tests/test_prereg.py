@@ -382,3 +382,28 @@ def test_preregistered_run_is_tagged_in_mlflow(tmp_path):
     assert [r.data.tags.get("lme.prereg_sha256") for r in runs] == [record["record_sha256"]]
     assert runs[0].data.tags["lme.design_sha256"] == record["design_sha256"]
     assert prereg_facts(record, runs).written_after_first_run is False
+
+
+def test_verify_refuses_an_edited_or_resealed_record_in_one_sentence(tmp_path):
+    """An edited record is refused before any field is used (its digest first); one edited and resealed with a
+    field of the wrong type is refused naming the field (tests/test_prereg_faults.py has the whole matrix)."""
+    from lme.prereg import dump_record
+
+    out = tmp_path / "rec.yaml"
+    assert main(["freeze", "--out", str(out), *FAST]) == 0
+    frozen = out.read_text(encoding="utf-8")
+    out.write_text(frozen.replace("majority_correct_accuracy", "mean_accuracy"), encoding="utf-8")
+    with pytest.raises(LmeError, match=r"rec\.yaml: preregistration record truncated or edited: its digest does "
+                                       r"not match \(record_sha256 does not match"):
+        main(["verify", str(out)])
+    record = load_record_text(frozen)
+    out.write_text(dump_record(seal({**record, "plan": {**record["plan"], "seeds": "1,2,3"}})), encoding="utf-8")
+    with pytest.raises(LmeError, match=r"rec\.yaml: field plan\.seeds holds a text of 5 characters, where a record "
+                                       r"has a list \(the record was edited and resealed\)"):
+        main(["verify", str(out)])
+
+
+def load_record_text(text: str) -> dict:
+    from lme.prereg import parse_record
+
+    return parse_record(text, "rec.yaml")

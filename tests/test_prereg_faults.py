@@ -187,7 +187,9 @@ def test_every_fault_through_prereg_verify_is_one_sentence_and_leaves_the_record
             assert "edited and resealed" in sentence, (name, sentence)
     assert "alias" in outcomes["alias-bomb"] and "deeper than" in outcomes["deep-list"]
     assert "not found" in outcomes["missing"] and "directory" in outcomes["directory"]
-    assert "Input/output error" in outcomes["unreadable"] and "not a regular file" in outcomes["fifo"]
+    assert "not a regular file" in outcomes["fifo"]
+    if Path("/proc/self/mem").exists():  # Linux
+        assert "cannot be read (Input/output error)" in outcomes["unreadable"]
     assert "field plan.seeds[0] holds a text" in outcomes["plan.seeds=[str]"]
     assert "field data.n_questions" in outcomes["data.n_questions=wrong"]
     assert "field plan.primary is missing" in outcomes["plan.primary-missing"]
