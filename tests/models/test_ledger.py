@@ -20,7 +20,7 @@ from loopback import LoopbackServer
 from lme.errors import LmeError
 from lme.models.cache import CallCache
 from lme.models.gateway import Gateway, ModelSpec
-from lme.models.ledger import Budget, BudgetExhausted, Ledger
+from lme.models.ledger import Budget, BudgetExhausted, Ledger, ReservationExceeded
 from lme.models.pricing import max_call_cost
 from shared_data import MINI, needs
 
@@ -447,3 +447,57 @@ def test_read_rows_and_counted_dollars_agree_with_the_ledgers_own_spending(tmp_p
     with pytest.raises(LmeError, match="absent.sqlite: cannot open the ledger"):
         read_rows(tmp_path / "absent.sqlite")
     assert not (tmp_path / "absent.sqlite").exists()  # never created
+
+
+# -- a reply over its reservation (issue 36, item 4) -----------------------------------------------------
+
+
+def test_reservations_in_flight_never_exceed_what_remains_of_a_cap(tmp_path):
+    """Reservations of varied sizes from two connections (two processes' worth): at every step, what is paid
+    plus what is reserved stays within the cap; a reservation that does not fit waits (None) or stops."""
+    import random
+
+    rng = random.Random(7)
+    jobs = [Ledger(tmp_path / "ledger.sqlite", study="s", job=name) for name in ("a", "b")]
+    budget = Budget(study_dollars=1.0)
+    held = []
+    for step in range(300):
+        job = jobs[step % 2]
+        if held and rng.random() < 0.4:
+            owner, reservation = held.pop(rng.randrange(len(held)))
+            owner.settle(reservation, {}, reservation.dollars * rng.random(), 1, budget)
+        else:
+            try:
+                reservation = job.reserve("m", f"key-{step}", rng.uniform(0.01, 0.3), budget)
+            except BudgetExhausted:
+                continue
+            if reservation is not None:
+                held.append((job, reservation))
+        spent = jobs[0].spending("study")
+        assert spent.dollars + spent.reserved_dollars <= 1.0 + 1e-9
+    for job in jobs:
+        job.close()
+
+
+def test_a_settle_over_its_reservation_stops_every_job_of_the_study_on_the_ledger(tmp_path):
+    """The overrun is written with the paid row, in the settle's transaction; another connection (another
+    process) is refused its next reservation and told why; without a dollar cap nothing is written."""
+    first, other = (Ledger(tmp_path / "ledger.sqlite", study="s", job=name) for name in ("a", "b"))
+    budget = Budget(study_dollars=1.0)
+    held = first.reserve("m", "k1", 0.1, budget)
+    in_flight = other.reserve("m", "k2", 0.1, budget)  # out when the overrun is seen: settled and kept
+    overrun = first.settle(held, {"output_tokens": 500}, 0.35, 1, budget)
+    assert overrun is not None and overrun.excess == pytest.approx(0.25) and overrun.study_cap == 1.0
+    with pytest.raises(ReservationExceeded, match=r"cost \$0.3500, \$0.2500 more than the \$0.1000 reserved"):
+        other.reserve("m", "k3", 0.01, budget)
+    assert other.stopped_by_overrun(budget) is not None
+    assert other.settle(in_flight, {}, 0.05, 1, budget) is None  # within its reservation: no second overrun
+    assert [row["dollars"] for row in other.rows()] == [0.35, 0.05]
+    assert other.cap_standing(budget) == "the study 's' has paid $0.4000 against its dollar cap of $1.0000, within it"
+    assert other.reserve("m", "k3", 0.01, Budget(study_dollars=2.0)) is not None  # a raised cap goes on
+    # no dollar cap: a reply over its reservation is kept and stops nothing
+    free = Ledger(tmp_path / "ledger.sqlite", study="t", job="c")
+    assert free.settle(free.reserve("m", "k4", 0.1), {}, 0.5, 1, Budget(job_calls=10)) is None
+    assert free.stopped_by_overrun(Budget(study_dollars=0.01)) is None
+    for job in (first, other, free):
+        job.close()
