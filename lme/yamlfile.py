@@ -58,6 +58,8 @@ def read_yaml(path: str | Path, what: str | None = None) -> Any:
     file, unreadable, larger than `MAX_BYTES`, not UTF-8 or not safe, plain YAML (see `parse_yaml`)."""
     path = Path(path)
     name = what or str(path)
+    if path.exists() and not path.is_file() and not path.is_dir():  # a FIFO would block the read for ever
+        raise LmeError(f"{name}: not a regular file (a pipe or a device); give the YAML file itself.")
     try:
         with path.open("rb") as handle:
             data = handle.read(MAX_BYTES + 1)
