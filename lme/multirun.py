@@ -167,8 +167,8 @@ class MultirunParent(_HydraCallback):
             design = _design(config)
             if design is None or not after_multirun(design, self.parent, self.settings):
                 status, failure = "FAILED", failure or "a stage after the jobs failed"
-            print(multirun_summary(metrics, summary, self.parent.run_id, self.settings, self.parent.experiment_id),
-                  flush=True)
+            print(multirun_summary(metrics, summary, self.parent.run_id, self.settings, self.parent.experiment_id,
+                                   resume=_sweep_resume(config)), flush=True)
         finally:
             if status != "FINISHED":
                 tracking.FAILED_STUDIES.append(self.parent.run_id)
@@ -219,10 +219,24 @@ def _sweeps(overrides: list[str], *keys: str) -> bool:
     return False
 
 
+def _sweep_resume(config: Any) -> str | None:
+    """The command that continues this sweep in its own folders (`lme.resume.sweep_resume_command`): this
+    process's arguments with the sweep directory."""
+    from lme.design import Launch
+    from lme.resume import sweep_resume_command
+
+    try:
+        sweep_dir = Path(str(config.hydra.sweep.dir)).absolute()
+    except Exception:  # noqa: BLE001 - no sweep directory to name: the jobs' own lines say how to resume
+        return None
+    return sweep_resume_command(Launch(sweep_dir=sweep_dir, argv=tuple(sys.argv[1:])))
+
+
 def multirun_summary(metrics: Mapping[str, float], summary: Mapping[str, Any], parent_id: str,
-                     settings: TrackingSettings, experiment_id: str) -> str:
+                     settings: TrackingSettings, experiment_id: str, resume: str | None = None) -> str:
     """What a multirun prints at the end: per design, the mean of runs and the count correct in a majority of
-    runs, the failed jobs, the parent run and how to look at it (lme's runs-table view, `runs_view_url`)."""
+    runs, the failed jobs (with `resume`, the sweep's command that continues them in their own folders), the
+    parent run and how to look at it (lme's runs-table view, `runs_view_url`)."""
     designs = summary.get("designs", {})
     lines = []
     for design, info in sorted(designs.items()):
@@ -241,7 +255,9 @@ def multirun_summary(metrics: Mapping[str, float], summary: Mapping[str, Any], p
         lines.append(line)
     failed = int(metrics.get("n_failed_runs", 0))
     if failed or not designs:
-        lines.append(f"multirun: {failed} job(s) failed or are incomplete; they are left out of the measures above")
+        lines.append(f"multirun: {failed} job(s) failed or are incomplete; they are left out of the measures above"
+                     + (f"; to finish them in their own folders (only what is missing is asked): {resume}"
+                        if failed and resume else ""))
     lines.append(f"MLflow parent run {parent_id}; to compare: {tracking.ui_hint(settings, experiment_id)} "
                  "(design, dataset, seed, accuracy per run)")
     return "\n".join(lines)

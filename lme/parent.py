@@ -16,6 +16,7 @@ from lme.design import Design
 from lme.errors import LmeError
 from lme.hashing import sha256_text
 from lme.job import open_gateway, open_ledger
+from lme.resume import sweep_resume_command
 from lme.models.cache import CallCache
 from lme.tracking import JobRun, RemoteRun, TrackingSettings, seed_order, study_call
 
@@ -107,7 +108,8 @@ def after_multirun(design: Design, parent: JobRun | RemoteRun, settings: Trackin
                           f"{chosen} across {len(runs)} runs, {row['failed'] // len(runs)} {stage} calls failed; "
                           f"answers fixed {row['fixed']}, broken {row['broken']}, mean of runs after "
                           f"{row['mean_accuracy']:.3f}; MLflow parent run {parent.run_id}", flush=True)
-                    whole = stage_complete(stage, name, outcomes) and whole
+                    whole = stage_complete(stage, name, outcomes,
+                                           sweep_resume_command(design.launch)) and whole
             report["designs"][name] = {"seeds": seeds, "n_runs": len(runs), "steps": table}
         parent.log_text(json.dumps(report, indent=2, sort_keys=True), "steps.json")
     except LmeError as exc:
@@ -116,12 +118,15 @@ def after_multirun(design: Design, parent: JobRun | RemoteRun, settings: Trackin
     return whole
 
 
-def stage_complete(stage: str, design: str, outcomes: list[Any]) -> bool:
-    """Whether every question the stage chose got its read; else (a memory step failed) say which, on stderr."""
+def stage_complete(stage: str, design: str, outcomes: list[Any], resume: str | None = None) -> bool:
+    """Whether every question the stage chose got its read; else (a memory step failed) say which, on stderr,
+    with the sweep's command that runs the stage again (`resume`, `lme.resume.sweep_resume_command`)."""
     failed = [o for o in outcomes if o.memory_error]
     if not failed:
         return True
+    again = f"rerun the sweep's command with its sweep directory to run the stage again: {resume}" if resume else (
+        "rerun the same sweep command with hydra.sweep.dir set to this sweep's directory to run the stage again")
     print(f"lme: error: {stage}, design {design}: {len(failed)} chosen question(s) have no {stage} answer, their "
           f"memory could not be built ({failed[0].question_id}: {failed[0].memory_error}); the runs' own answers are "
-          "kept for them. Rerun the same sweep command to run the stage again.", file=sys.stderr, flush=True)
+          f"kept for them; {again}.", file=sys.stderr, flush=True)
     return False

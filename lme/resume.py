@@ -1,5 +1,6 @@
 """How a stopped job says what it kept and how to continue: the resume command (the same overrides and run
-directory; in a multirun launched by this process, the sweep's own command and sweep directory) and the
+directory; in a multirun launched by this process, the sweep's own command and sweep directory, never
+`hydra.run.dir`, which a multirun ignores and which started a new sweep) and the
 messages printed at a spending cap, at a failure no retry can fix, and at Ctrl-C. Overrides that hold a key
 are left out of every command printed."""
 
@@ -27,21 +28,32 @@ def resume_command(overrides: list[str], run_dir: str | Path) -> str:
     return "python -m lme " + " ".join(shlex.quote(item) for item in [*kept, f"hydra.run.dir={run_dir}"])
 
 
-def job_resume_command(run_dir: str | Path, launch: Launch) -> str:
-    """How to continue the running job: its own command and run directory; in a multirun launched by this
-    process (Hydra's basic launcher), the sweep's command with its sweep directory, which resumes every job."""
+def sweep_resume_command(launch: Launch) -> str | None:
+    """In a multirun launched by this process, the command that continues it: the same arguments, `-m` first,
+    and `hydra.sweep.dir=` its sweep directory (absolute), so Hydra places every job in its own folder again
+    (`<sweep dir>/<N>`): finished jobs ask nothing again, unfinished ones ask for exactly what they lack, and no
+    new sweep starts. `hydra.run.dir=` (which a multirun ignores) and overrides holding a key are left out.
+    None outside such a multirun."""
     import shlex
 
-    if launch.sweep_dir is not None:
-        from lme.secrets import keep_argument
+    from lme.secrets import keep_argument
 
-        kept = [
-            item for item in launch.argv
-            if item not in ("-m", "--multirun") and not item.lstrip("+~").startswith("hydra.sweep.dir=")
-            and keep_argument(item)
-        ]
-        return "python -m lme -m " + " ".join(shlex.quote(item) for item in [*kept, f"hydra.sweep.dir={launch.sweep_dir}"])
-    return resume_command(list(launch.overrides), run_dir)
+    if launch.sweep_dir is None:
+        return None
+    kept = [
+        item for item in launch.argv
+        if item not in ("-m", "--multirun")
+        and not item.lstrip("+~").startswith(("hydra.sweep.dir=", "hydra.run.dir="))
+        and keep_argument(item)
+    ]
+    return "python -m lme -m " + " ".join(shlex.quote(item) for item in [*kept, f"hydra.sweep.dir={launch.sweep_dir}"])
+
+
+def job_resume_command(run_dir: str | Path, launch: Launch) -> str:
+    """How to continue the running job: its own command and run directory; in a multirun launched by this
+    process (Hydra's basic launcher), the sweep's command with its sweep directory, which resumes every job
+    (`sweep_resume_command`)."""
+    return sweep_resume_command(launch) or resume_command(list(launch.overrides), run_dir)
 
 
 def budget_stop_message(reason: BudgetExhausted, journaled: int, total: int, run_dir: str | Path,

@@ -175,3 +175,35 @@ def test_at_a_cap_the_run_loop_lets_calls_in_flight_finish_and_journals_them(tmp
     assert ledger.spending("job").paid_calls == 6 and ledger.open_reservations() == 0
     ledger.close()
     cache.close()
+
+
+def test_after_a_multirun_the_resume_advice_is_the_sweeps_command_with_its_sweep_dir(tmp_path):
+    """A job of a multirun launched here (issue 36): the advice repeats the sweep's arguments with `-m` and
+    `hydra.sweep.dir=` its folder, never `hydra.run.dir=` (a multirun ignores it: following that advice started a
+    new sweep); outside a multirun, the job's overrides with its run directory. Keys are never repeated.
+    (tests/test_job_folder_faults.py follows the advice end to end.)"""
+    from lme.design import Launch
+    from lme.resume import job_resume_command, sweep_resume_command
+
+    sweep = tmp_path / "multi run"
+    launch = Launch(overrides=("seed=1",), sweep_dir=sweep,
+                    argv=("+design=bm25", "-m", "seed=1,2", "hydra.run.dir=x", "hydra.sweep.dir=old",
+                          "reader.model.api_key=sk-abcdefghijklmnopqrstuvwxyz012345"))
+    command = job_resume_command(sweep / "0", launch)
+    assert command == sweep_resume_command(launch)
+    assert shlex.split(command) == ["python", "-m", "lme", "-m", "+design=bm25", "seed=1,2", f"hydra.sweep.dir={sweep}"]
+    single = job_resume_command(tmp_path / "run", Launch(overrides=("seed=1", "hydra.run.dir=y"), argv=("seed=1",)))
+    assert shlex.split(single) == ["python", "-m", "lme", "seed=1", f"hydra.run.dir={tmp_path / 'run'}"]
+    assert sweep_resume_command(Launch(overrides=("seed=1",))) is None
+
+
+def test_a_multiruns_end_line_names_the_command_that_finishes_its_unfinished_jobs():
+    from lme.multirun import multirun_summary
+    from lme.tracking import TrackingSettings
+
+    resume = "python -m lme -m seed=1,2 hydra.sweep.dir=/s"
+    line = multirun_summary({"n_failed_runs": 1.0}, {"designs": {}}, "p", TrackingSettings(), "0", resume=resume)
+    assert f"multirun: 1 job(s) failed or are incomplete; they are left out of the measures above; to finish them " \
+           f"in their own folders (only what is missing is asked): {resume}" in line
+    assert "hydra.sweep.dir" not in multirun_summary({"n_failed_runs": 0.0}, {"designs": {"d": {}}}, "p",
+                                                     TrackingSettings(), "0", resume=resume)
