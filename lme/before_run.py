@@ -100,6 +100,11 @@ class BeforeRun:
             self.selected_ids(spec)
         if design.prereg:
             self.check_prereg(design)
+        tracking = design.tracking
+        if tracking.enabled and self.first_time(("tracking", tracking.uri, tracking.artifact_location)):
+            from lme.tracking import check_store  # no MLflow import: the store's file, a server's address
+
+            check_store(tracking)  # damaged, a directory, locked, unreachable: one sentence before any folder exists
 
     def selected_ids(self, spec: Any) -> list[str]:
         """The ids the job would select from the data file, refused as the job refuses them (`load_dataset`)."""

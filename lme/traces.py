@@ -48,7 +48,7 @@ from typing import Any
 
 from lme.data.dates import format_moment
 from lme.data.records import Question
-from lme.errors import first_line
+from lme.errors import LmeError, first_line
 from lme.hashing import sha256_json, sha256_text
 from lme.helper import HelperError, answer, helper, read_frame, yield_cpu
 from lme.judge import Judge, build_judge_prompt
@@ -281,6 +281,8 @@ def helper_main() -> None:
             else:
                 try:
                     result = serve_run(runs, payload)
+                except LmeError as exc:  # lme's own sentence (lme.tracking.check_store, store_failure), as it is
+                    answer(answers, number, False, first_line(exc))
                 except Exception as exc:  # noqa: BLE001 - the study's process raises it, in one sentence
                     answer(answers, number, False, f"MLflow: {type(exc).__name__}: {first_line(exc)}")
                 else:

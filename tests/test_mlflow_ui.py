@@ -132,13 +132,21 @@ def test_a_store_that_is_not_there_is_one_sentence_and_nothing_is_created(tmp_pa
     done = subprocess.run([sys.executable, "-m", "lme", "ui", f"tracking.uri=sqlite:///{tmp_path}/none.db"],
                           cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
-    assert done.stderr.strip() == (f"lme: error: ui: no MLflow store at {tmp_path}/none.db: run a study first "
-                                   "(python -m lme), or name the store with tracking.uri=sqlite:///PATH.")
+    assert done.stderr.strip() == (f"lme: error: no MLflow store at {tmp_path}/none.db (tracking.uri=sqlite:///"
+                                   f"{tmp_path}/none.db); run a study first (python -m lme), or name the store with "
+                                   "tracking.uri=sqlite:///PATH.")
     assert list(tmp_path.iterdir()) == []
 
 
 def test_a_port_in_use_is_one_sentence(tmp_path):
-    (tmp_path / "mlflow.db").write_bytes(b"")
+    import sqlite3
+
+    from lme.tracking import STORE_TABLES
+
+    with sqlite3.connect(tmp_path / "mlflow.db") as conn:  # what the store check before the port's looks for
+        conn.executescript("".join(f"CREATE TABLE {table} (x);" for table in STORE_TABLES))
+        conn.execute("INSERT INTO alembic_version VALUES ('head')")
+    conn.close()
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from lme import CONF_DIR  # noqa: F401  (the config root; also imported from here)
 from lme.compose import compose_config, prereg_alias, split_overrides  # noqa: F401  (also imported from here)
@@ -159,8 +159,61 @@ def main(argv: Sequence[str] | None = None) -> None:
         _main(argv)
 
 
+# The environment variables whose values lme reads as paths or URIs: each must be UTF-8, as the arguments.
+_UTF8_ENV_PREFIXES = ("LME_", "MLFLOW_")
+_UTF8_ENV_NAMES = ("HOME", "TMPDIR", "XDG_CACHE_HOME")
+_MARKED = "\\xNN marks each byte that is not"
+
+
+def printable(value: str) -> str:
+    """`value` quoted, a byte that is not UTF-8 (Python's surrogate escape) shown as `\\xNN`."""
+    shown = "".join(f"\\x{ord(c) - 0xDC00:02x}" if 0xDC80 <= ord(c) <= 0xDCFF else c if c.isprintable()
+                    else repr(c)[1:-1] for c in value)
+    return f"'{shown}'"
+
+
+def not_utf8(args: Sequence[str], environ: Mapping[str, str] | None = None, cwd: str | None = None) -> str | None:
+    """The one sentence for the first argument, the current directory, or an lme / MLflow environment variable
+    (`_UTF8_ENV_PREFIXES`, `_UTF8_ENV_NAMES`) whose bytes are not UTF-8 (Hydra's parser and MLflow's store fail on
+    them, deep inside); None when all are."""
+    import os
+
+    def bad(value: str) -> bool:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+
+    for number, arg in enumerate(args, 1):
+        if bad(arg):
+            return (f"argument {number}, {printable(arg)}, is not UTF-8 text ({_MARKED}); lme's paths and values must "
+                    "be UTF-8: rename the file or folder it names, or pass another.")
+    if cwd is None:
+        try:
+            cwd = os.getcwd()
+        except OSError as exc:
+            return (f"the current directory cannot be read ({exc.strerror or exc}); cd to a folder that exists "
+                    "and run again.")
+    if bad(cwd):
+        return (f"the current directory, {printable(cwd)}, is not UTF-8 text ({_MARKED}); lme writes its outputs and "
+                "store relative to it: run lme from a folder whose path is UTF-8.")
+    environ = os.environ if environ is None else environ
+    for name in sorted(environ):
+        if not (name.startswith(_UTF8_ENV_PREFIXES) or name in _UTF8_ENV_NAMES):
+            continue
+        if bad(name) or bad(environ[name]):
+            return (f"the environment variable {printable(name)}={printable(environ[name])} is not UTF-8 text "
+                    f"({_MARKED}); set it to a UTF-8 path or value (rename the folder it names), or unset it.")
+    return None
+
+
 def _main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
+    refusal = not_utf8(args)  # before Hydra's parser or MLflow's store meet such bytes
+    if refusal is not None:
+        print(f"lme: error: {refusal}", file=sys.stderr, flush=True)
+        sys.exit(2)
     refuse_secret_arguments_or_exit(args)  # before anything is written
     if args and args[0] in SUBCOMMANDS:
         sys.exit(run_subcommand(args[0], args[1:]))

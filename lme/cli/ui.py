@@ -69,6 +69,9 @@ def main(argv: Sequence[str]) -> int:
         return 130
     if not settings.enabled:
         raise LmeError("ui: tracking is disabled (tracking.enabled=false); there is no store to show.")
+    from lme.config_check import tracking_uri
+
+    tracking_uri("tracking.uri", settings.uri)  # a URI MLflow cannot use: one sentence
     if is_server(settings):
         base = settings.uri.rstrip("/")
         _print_addresses(settings, base, _give_views(base))
@@ -78,13 +81,9 @@ def main(argv: Sequence[str]) -> int:
 
 def serve(settings: Any, host: str, port: int) -> int:
     """Run `mlflow server` on the settings' store until Ctrl-C (or SIGTERM); its exit status, 0 when stopped."""
-    from lme.store_template import sqlite_path
-    from lme.tracking import artifact_location
+    from lme.tracking import artifact_location, check_store
 
-    path = sqlite_path(settings.uri)
-    if path is not None and not path.is_file():
-        raise LmeError(f"ui: no MLflow store at {path}: run a study first (python -m lme), or name the store with "
-                       "tracking.uri=sqlite:///PATH.")
+    check_store(settings, create=False)  # missing (names close to it), damaged, locked...: one sentence, no server
     _check_free(host, port)
     command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", settings.uri, "--host", host,
                "--port", str(port), "--workers", "1", "--uvicorn-opts", "--no-access-log --log-level warning"]
