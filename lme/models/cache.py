@@ -9,8 +9,9 @@ process killed mid-write leaves the entry either whole or absent, never half.
 
 Several processes on one machine (the jobs of a joblib or Ray sweep) share one
 file safely: WAL lets readers run beside the one writer, and every connection
-waits up to `lme.sqlite.BUSY_TIMEOUT_S` for a lock instead of failing with `database is
-locked`. SQLite's locks do not hold on network filesystems (NFS, SMB), so
+waits up to `LME_SQLITE_BUSY_TIMEOUT_S` (60 s) for a lock instead of failing with `database is
+locked`. The file is opened by `lme.sqlite.open_store`: created whole, and every fault (damaged, locked,
+read-only, full disk, another program's tables, ...) is one sentence naming it (`StoreError`). SQLite's locks do not hold on network filesystems (NFS, SMB), so
 machines do not share one file: each keeps its own cache on local disk and
 `merge_caches` (`python -m lme cache merge`) folds them into one afterwards.
 """
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from lme.memo import TextMemo
-from lme.sqlite import attached, connect, immediate, insert_missing
+from lme.sqlite import StoreKind, attached, immediate, insert_missing, open_store
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
@@ -36,6 +37,10 @@ CREATE TABLE IF NOT EXISTS calls (
     created REAL NOT NULL
 )
 """
+CALL_CACHE = StoreKind(
+    "call cache", _SCHEMA, {"calls": ("key", "model", "response", "created")},
+    "its answers are asked for, and paid, again; nothing else is lost",
+)
 
 
 def call_key(model: str, messages: list[dict[str, Any]], params: dict[str, Any], seed: int | None) -> str:
@@ -105,6 +110,7 @@ def merge_caches(target: str | Path, sources: list[str | Path]) -> dict[str, int
             raise LmeError(f"cache merge: {source}: no such cache file.")
         if Path(source).resolve() == Path(target).resolve():
             raise LmeError(f"cache merge: {source} is the target itself.")
+        open_store(source, CALL_CACHE, readonly=True).close()  # a faulty source: its own sentence, before any write
     cache = CallCache(target)
     added: dict[str, int] = {}
     try:
@@ -131,19 +137,27 @@ class CallCache:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._conn = connect(self.path)
-        self._conn.execute(_SCHEMA)
+        self._conn = open_store(self.path, CALL_CACHE)
         # lookups on a connection of their own: in WAL mode a reader never waits for the writer, so a
         # lookup on the event loop does not stall behind a write's commit in a worker thread
         self._read_lock = threading.Lock()
-        self._reader = connect(self.path)
+        try:
+            self._reader = open_store(self.path, CALL_CACHE)
+        except BaseException:
+            self._conn.close()
+            raise
 
     def get(self, key: str) -> dict[str, Any] | None:
         with self._read_lock:
             row = self._reader.execute("SELECT response FROM calls WHERE key = ?", (key,)).fetchone()
-        return None if row is None else json.loads(row[0])
+        if row is None:
+            return None
+        try:
+            stored = json.loads(row[0])
+        except (TypeError, ValueError, RecursionError):
+            stored = None
+        return stored if isinstance(stored, dict) else None  # a damaged entry is a miss: asked again, replaced
 
     def put(self, key: str, model: str, response: dict[str, Any]) -> None:
         payload = json.dumps(response, sort_keys=True, ensure_ascii=False)

@@ -33,6 +33,7 @@ import os
 import sqlite3
 import sys
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +43,7 @@ import numpy as np
 from lme.errors import LmeError
 from lme.progress import is_enabled as progress_enabled
 from lme.progress import progress as progress_display
-from lme.sqlite import attached, connect, immediate, insert_missing
+from lme.sqlite import StoreKind, attached, immediate, insert_missing, open_store
 
 Encode = Callable[[list[str]], np.ndarray]  # texts -> float array of shape (len(texts), dim)
 
@@ -60,6 +61,10 @@ CREATE TABLE IF NOT EXISTS embeddings (
     vector BLOB NOT NULL
 )
 """
+EMBEDDINGS = StoreKind(
+    "embedding cache", _SCHEMA, {"embeddings": _COLUMNS},
+    "its vectors are encoded again; nothing else is lost",
+)
 
 
 def _length_prefixed(value: str) -> bytes:
@@ -82,6 +87,14 @@ class KeyMaker:
 def embedding_key(model_id: str, prompt: str, text: str) -> str:
     """The content address of `text` encoded by `model_id` with `prompt` (SHA-256, hex)."""
     return KeyMaker(model_id, prompt)(text)
+
+
+def _sound(dim: object, blob: object) -> np.ndarray | None:
+    """The stored vector when it is sound (`dim` >= 1 float32 values, all finite), else None."""
+    if not isinstance(dim, int) or dim < 1 or not isinstance(blob, bytes) or len(blob) != 4 * dim:
+        return None
+    vector = np.frombuffer(blob, dtype="<f4")
+    return vector if np.isfinite(vector).all() else None
 
 
 _PARTIAL = "lme_partial_rows"
@@ -115,15 +128,16 @@ class EmbeddingCache:
     the file (each opens its own connection; after a fork the child reopens).
     """
 
-    def __init__(self, path: str | Path | None, timeout_s: float = 60.0) -> None:
+    def __init__(self, path: str | Path | None, timeout_s: float | None = None) -> None:
         self.path = None if path is None else Path(path)
-        self.timeout_s = timeout_s
+        self.timeout_s = timeout_s  # None: LME_SQLITE_BUSY_TIMEOUT_S, else 60 s
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         self._pid = -1
         self.hits = 0
         self.encoded = 0
         self.requested = 0
+        self.replaced = 0  # damaged vectors found, encoded again and replaced
 
     def __repr__(self) -> str:
         return f"EmbeddingCache({str(self.path) if self.path else ':memory:'!r})"
@@ -131,17 +145,15 @@ class EmbeddingCache:
     # -- storage ---------------------------------------------------------------------------------
 
     def _connection(self) -> sqlite3.Connection:
+        """The file's connection (`lme.sqlite.open_store`: created whole; every fault at open or during use a
+        `StoreError` naming the file), opened on first use and again in a forked child."""
         if self._conn is not None and self._pid == os.getpid():
             return self._conn
-        try:
-            if self.path is None:
-                conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
-            else:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                conn = connect(self.path, self.timeout_s, synchronous="NORMAL")
+        if self.path is None:
+            conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
             conn.execute(_SCHEMA)
-        except (OSError, sqlite3.Error) as exc:
-            raise LmeError(f"{self.path}: cannot open the embedding cache ({exc}).") from None
+        else:
+            conn = open_store(self.path, EMBEDDINGS, synchronous="NORMAL", timeout_s=self.timeout_s)
         self._conn, self._pid = conn, os.getpid()  # a forked child opens its own connection
         return conn
 
@@ -154,29 +166,58 @@ class EmbeddingCache:
                 marks = ",".join("?" * len(chunk))
                 yield from conn.execute(f"SELECT {columns} FROM embeddings WHERE key IN ({marks})", chunk)
 
-    def lookup(self, keys: Sequence[str]) -> dict[str, np.ndarray]:
-        """The stored vectors of those `keys` that are in the cache."""
-        return {key: np.frombuffer(blob, dtype="<f4") for key, blob in self._select("key, vector", keys)}
+    def lookup(self, keys: Sequence[str], damaged: set[str] | None = None) -> dict[str, np.ndarray]:
+        """The stored vectors of those `keys` that are in the cache and sound: a vector whose byte length is
+        not 4 x its dim, or that holds a NaN or an infinity, is left out as if missing (and its key added to
+        `damaged`, when given, so that its new vector replaces it)."""
+        found: dict[str, np.ndarray] = {}
+        for key, dim, blob in self._select("key, dim, vector", keys):
+            vector = _sound(dim, blob)
+            if vector is None:
+                if damaged is not None:
+                    damaged.add(key)
+            else:
+                found[key] = vector
+        return found
 
-    def present(self, keys: Sequence[str]) -> set[str]:
-        """Those `keys` that are in the cache (no vector is read)."""
-        return {key for (key,) in self._select("key", keys)}
+    def present(self, keys: Sequence[str], damaged: set[str] | None = None) -> set[str]:
+        """Those `keys` that are in the cache (no vector is read: a vector whose byte length is not 4 x its dim
+        counts as absent, and goes to `damaged`; a NaN is found when the vector is read, by `lookup`)."""
+        found: set[str] = set()
+        for key, sound in self._select("key, dim >= 1 AND typeof(vector) = 'blob' AND length(vector) = 4 * dim", keys):
+            if sound:
+                found.add(key)
+            elif damaged is not None:
+                damaged.add(key)
+        return found
 
-    def store(self, model_id: str, items: Iterable[tuple[str, np.ndarray]]) -> None:
-        """Store (key, vector) pairs in one transaction; keys already present are kept as they are."""
+    def store(self, model_id: str, items: Iterable[tuple[str, np.ndarray]],
+              replace: Iterable[str] = ()) -> None:
+        """Store (key, vector) pairs in one transaction; keys already present are kept as they are, except those
+        in `replace` (damaged vectors), which are overwritten."""
+        replace = set(replace)
         rows = [
             (key, model_id, int(vector.shape[0]), np.ascontiguousarray(vector, dtype="<f4").tobytes())
             for key, vector in items
         ]
         if not rows:
             return
+        kept = [row for row in rows if row[0] not in replace]
+        renewed = [row for row in rows if row[0] in replace]
         with self._lock:
             conn = self._connection()
-            try:
-                with immediate(conn):
-                    conn.executemany(f"INSERT OR IGNORE INTO embeddings ({_NAMES}) VALUES (?, ?, ?, ?)", rows)
-            except sqlite3.OperationalError as exc:
-                raise LmeError(f"{self.path}: cannot write to the embedding cache ({exc}).") from None
+            with immediate(conn):  # a full disk, a lock, a moved file: StoreError naming the file
+                if kept:
+                    conn.executemany(f"INSERT OR IGNORE INTO embeddings ({_NAMES}) VALUES (?, ?, ?, ?)", kept)
+                if renewed:
+                    conn.executemany(f"INSERT OR REPLACE INTO embeddings ({_NAMES}) VALUES (?, ?, ?, ?)", renewed)
+
+    def _say_replaced(self, count: int, model_id: str) -> None:
+        if count:
+            with self._lock:
+                self.replaced += count
+            print(f"lme: {self.path or ':memory:'}: {count:,} damaged vector(s) of {model_id} (a wrong length or size, "
+                  "or NaN) were encoded again and replaced.", file=sys.stderr, flush=True)
 
     def __len__(self) -> int:
         with self._lock:
@@ -231,15 +272,34 @@ class EmbeddingCache:
         make_key = KeyMaker(model_id, prompt)
         keys = [make_key(text) for text in texts]
         distinct = dict(zip(keys, texts))  # one text per key, first-seen order
-        vectors = self.lookup(list(distinct))
+        damaged: set[str] = set()
+        vectors = self.lookup(list(distinct), damaged)
         missing = [key for key in distinct if key not in vectors]
         self._count(requested=len(texts), hits=len(distinct) - len(missing))
-        vectors.update(self._encode_missing(distinct, missing, model_id, encode, chunk_texts, progress, description))
+        new = dict(self._encode_missing(distinct, missing, model_id, encode, chunk_texts, progress, description,
+                                        replace=damaged))
+        vectors.update(new)
         if not keys:
+            self._say_replaced(len(damaged), model_id)
             return np.zeros((0, 0), dtype=np.float32)
-        dims = {vector.shape[0] for vector in vectors.values()}
-        if len(dims) != 1:
-            raise LmeError(f"{self.path}: vectors of embedding model {model_id} have different sizes {sorted(dims)}.")
+        sizes = Counter(vector.shape[0] for vector in vectors.values())
+        if len(sizes) > 1:  # stored vectors of another size than the encoder's (or than most): encoded again
+            encoder_dims = {vector.shape[0] for vector in new.values()}
+            if len(encoder_dims) == 1:
+                dim = encoder_dims.pop()
+            else:
+                (dim, most), *rest = sizes.most_common()
+                dim = dim if most > rest[0][1] else -1  # a tie: every stored vector is encoded again
+            wrong = [key for key, vector in vectors.items() if vector.shape[0] != dim and key not in new]
+            damaged.update(wrong)
+            self._count(hits=-len(wrong))
+            vectors.update(self._encode_missing(distinct, wrong, model_id, encode, chunk_texts, progress, description,
+                                                replace=set(wrong)))
+            sizes = Counter(vector.shape[0] for vector in vectors.values())
+            if len(sizes) != 1:
+                raise LmeError(f"embedding model {model_id}: the encoder returned vectors of different sizes "
+                               f"{sorted(sizes)}.")
+        self._say_replaced(len(damaged), model_id)
         return np.stack([vectors[key] for key in keys])
 
     def ensure(
@@ -263,12 +323,14 @@ class EmbeddingCache:
         """
         make_key = KeyMaker(model_id, prompt)
         distinct = {make_key(text): text for text in texts}
-        present = self.present(list(distinct))
+        damaged: set[str] = set()
+        present = self.present(list(distinct), damaged)
         missing = [key for key in distinct if key not in present]
         self._count(requested=len(texts), hits=len(distinct) - len(missing))
         for _ in self._encode_missing(distinct, missing, model_id, encode, chunk_texts, progress, description,
-                                      min_texts, load):
+                                      min_texts, load, replace=damaged):
             pass
+        self._say_replaced(len(damaged), model_id)
 
     def _count(self, requested: int = 0, hits: int = 0, encoded: int = 0) -> None:
         with self._lock:
@@ -287,8 +349,10 @@ class EmbeddingCache:
         description: str,
         min_texts: int | None = None,
         load: Callable[[], object] | None = None,
+        replace: set[str] | frozenset[str] = frozenset(),
     ) -> Iterator[tuple[str, np.ndarray]]:
-        """Encode the `missing` keys' texts longest first, chunk by chunk, storing each chunk as it completes."""
+        """Encode the `missing` keys' texts longest first, chunk by chunk, storing each chunk as it completes
+        (the keys in `replace`, damaged vectors, overwritten)."""
         if chunk_texts < 1:
             raise ValueError(f"chunk_texts must be >= 1, got {chunk_texts}.")
         if not missing:
@@ -320,7 +384,7 @@ class EmbeddingCache:
                         if pending is not None:
                             pending.result()
                             pending = None
-                        self.store(model_id, done)
+                        self.store(model_id, done, replace)
                         self._count(encoded=len(done))
                         bar.update(len(done))
                     raise
@@ -329,10 +393,13 @@ class EmbeddingCache:
                         f"embedding model {model_id}: the encoder returned shape {encoded.shape} "
                         f"for {len(chunk)} texts."
                     )
+                if not np.isfinite(encoded).all():
+                    raise LmeError(f"embedding model {model_id}: the encoder returned NaN or infinite values; "
+                                   "nothing of this chunk is stored.")
                 pairs = list(zip(chunk, encoded))
                 if pending is not None:
                     pending.result()
-                pending = writer.submit(self.store, model_id, pairs)
+                pending = writer.submit(self.store, model_id, pairs, replace)
                 self._count(encoded=len(chunk))
                 bar.update(len(chunk))
                 yield from pairs
@@ -411,6 +478,7 @@ def export_embeddings(cache_path: str | Path, out_path: str | Path, model: str |
         raise LmeError(f"cache export: {out_path} exists; remove it or pass --force.")
     if out_path.resolve() == cache_path.resolve():
         raise LmeError(f"cache export: {out_path} is the cache itself.")
+    open_store(cache_path, EMBEDDINGS, readonly=True).close()  # a faulty cache: the store's one sentence
     out_path.parent.mkdir(parents=True, exist_ok=True)
     partial = out_path.with_name(out_path.name + ".partial")
     partial.unlink(missing_ok=True)
@@ -499,6 +567,25 @@ def verify_export(conn: sqlite3.Connection, path: Path) -> tuple[ModelVectors, .
     return models
 
 
+def _check_export_file(path: Path) -> None:
+    """`LmeError` naming the export file when it is not a readable SQLite file with the export's tables (before
+    it is attached to the cache, so that its faults are not taken for the cache's)."""
+    what = f"cache import: {path}: not an lme embeddings export"
+    try:
+        with open(path, "rb") as handle:
+            if handle.read(16) != b"SQLite format 3\x00":
+                raise LmeError(f"{what} (not an SQLite file).")
+        conn = sqlite3.connect(Path(os.path.abspath(path)).as_uri() + "?mode=ro", uri=True)
+        try:
+            names = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            conn.close()
+    except (OSError, sqlite3.Error) as exc:
+        raise LmeError(f"{what} ({getattr(exc, 'strerror', None) or exc}).") from None
+    if not {"manifest", "embeddings"} <= names:
+        raise LmeError(f"{what} (no manifest or embeddings table).")
+
+
 def import_embeddings(path: str | Path, cache_path: str | Path, keep_existing: bool = False) -> ImportSummary:
     """Verify the export at `path` (`verify_export`), then add its vectors to the cache at `cache_path`, in
     one transaction. A key already in the cache with the same vector is skipped; with another vector it is
@@ -510,6 +597,7 @@ def import_embeddings(path: str | Path, cache_path: str | Path, keep_existing: b
         raise LmeError(f"cache import: {path}: no such file.")
     if cache_path.exists() and cache_path.resolve() == path.resolve():
         raise LmeError(f"cache import: {path} is the target cache itself.")
+    _check_export_file(path)
     cache = EmbeddingCache(cache_path)
     try:
         with cache._lock:

@@ -175,14 +175,14 @@ def test_encoder_returning_the_wrong_shape_is_one_clear_error(tmp_path: Path) ->
 def test_unopenable_path_is_one_clear_error(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    with pytest.raises(LmeError, match="cannot open the embedding cache"):
+    with pytest.raises(LmeError, match="a file stands in its path where a folder should be"):
         EmbeddingCache(blocker / "embeddings.sqlite").embed(["a"], MODEL, "", RecordingEncoder())
 
 
 def test_a_file_that_is_not_a_cache_is_one_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "embeddings.sqlite"
     path.write_bytes(b"this is not an SQLite database, just some bytes" * 100)
-    with pytest.raises(LmeError, match="cannot open the embedding cache"):
+    with pytest.raises(LmeError, match="not an lme embedding cache, or a damaged one"):
         EmbeddingCache(path).embed(["a"], MODEL, "", RecordingEncoder())
 
 
