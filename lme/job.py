@@ -236,10 +236,16 @@ def write_csv(outcomes: list[Outcome], path: Path, rows: list[dict[str, Any]] | 
         "rules_reread": " ".join(step["rule"] for step in row["steps"] if step["reread"]),
         "rereads_failed": sum(1 for step in row["steps"] if step["reread"] and step["failed"]),
     } for row in rows]
-    with path.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(flat[0]) if flat else ["question_id"])
-        writer.writeheader()
-        writer.writerows(flat)
+    import io
+
+    from lme.files import write_bytes_atomic
+
+    handle = io.StringIO(newline="")
+    writer = csv.DictWriter(handle, fieldnames=list(flat[0]) if flat else ["question_id"])
+    writer.writeheader()
+    writer.writerows(flat)
+    # whole or not at all (a full disk: one sentence); a lone surrogate in a reply becomes U+FFFD here only
+    write_bytes_atomic(path, handle.getvalue().encode("utf-8", "replace"))
 
 
 def run_job(design: Design) -> dict[str, float]:
@@ -371,7 +377,9 @@ def _run_job(design: Design) -> dict[str, float]:
         rows = [asdict(o) for o in outcomes]  # once: the step metrics and the CSV both read them
         metrics |= run_step_metrics(rows)
         write_csv(outcomes, out_dir / "outcomes.csv", rows)
-        (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        from lme.files import write_text_atomic
+
+        write_text_atomic(out_dir / "metrics.json", json.dumps(metrics, indent=2, sort_keys=True) + "\n")
         if tracker is not None:
             tracker.log_metrics(metrics)
             tracker.log_artifact(journal.path)
