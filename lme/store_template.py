@@ -88,7 +88,7 @@ def usable(template: Path) -> bool:
     if not template.is_file():
         return False
     try:
-        conn = sqlite3.connect(f"file:{template}?mode=ro", uri=True)
+        conn = sqlite3.connect(template.absolute().as_uri() + "?mode=ro", uri=True)
         try:
             (revisions,) = conn.execute("SELECT COUNT(*) FROM alembic_version").fetchone()
             (experiments,) = conn.execute("SELECT COUNT(*) FROM experiments").fetchone()
@@ -190,7 +190,8 @@ def create_whole(path: Path, make: Callable[[Path], None]) -> None:
             return
         copy = _new_file(path.parent, f".{path.name}.")
         try:
-            source, target = sqlite3.connect(f"file:{made}?mode=ro", uri=True), sqlite3.connect(copy)
+            source = sqlite3.connect(Path(made).absolute().as_uri() + "?mode=ro", uri=True)
+            target = sqlite3.connect(copy)
             try:
                 source.backup(target)  # whole: `made` is still open in MLflow's engine, which is left to it
             finally:
@@ -218,7 +219,7 @@ def keep_template(path: Path) -> bool:
     except OSError:
         return False
     try:
-        source = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        source = sqlite3.connect(path.absolute().as_uri() + "?mode=ro", uri=True)
         target = sqlite3.connect(temporary)
         try:
             source.backup(target)  # a consistent copy, whatever journal mode the store uses

@@ -211,7 +211,7 @@ def _check_store_file(path: Path, uri: str, create: bool) -> None:
         raise LmeError(f"{path}: not an {MLFLOW_STORE} (not an SQLite file: damaged, zeroed or another kind of "
                        f"file); {_MOVE_AWAY}.")
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=busy_timeout_s())
+        conn = sqlite3.connect(path.absolute().as_uri() + "?mode=ro", uri=True, timeout=busy_timeout_s())
         try:
             tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             revisions = conn.execute("SELECT COUNT(*) FROM alembic_version").fetchone()[0] \
