@@ -92,6 +92,9 @@ class StoreKind:
 
 _DAMAGED = {"SQLITE_NOTADB", "SQLITE_CORRUPT", "SQLITE_CORRUPT_VTAB", "SQLITE_CORRUPT_SEQUENCE",
             "SQLITE_CORRUPT_INDEX", "SQLITE_IOERR_CORRUPTFS", "SQLITE_FORMAT"}
+# SQLite's I/O errors of a write (a full disk or a file size limit, EFBIG, surface as these)
+_WRITE_IOERRS = {"SQLITE_IOERR_WRITE", "SQLITE_IOERR_FSYNC", "SQLITE_IOERR_TRUNCATE", "SQLITE_IOERR_SHMSIZE",
+                 "SQLITE_IOERR_DIR_FSYNC", "SQLITE_IOERR_SHMMAP"}
 _FULL_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
 _DENIED_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS}
 
@@ -114,7 +117,7 @@ def store_error(path: str | Path, kind: StoreKind, exc: BaseException, doing: st
         return StoreError(
             f"{path}: another process has held the {what} locked for more than {busy_timeout_s():g} s; wait for it "
             f"to finish or stop it, then run again ({BUSY_TIMEOUT_ENV} sets how long lme waits).", path, "locked")
-    if name == "SQLITE_FULL" or number in _FULL_ERRNOS or name == "SQLITE_IOERR_WRITE" or "disk is full" in lowered:
+    if name == "SQLITE_FULL" or number in _FULL_ERRNOS or name in _WRITE_IOERRS or "disk is full" in lowered:
         return StoreError(
             f"{path}: the {what} could not be written ({detail}: the disk is full or the file is past a size "
             "limit); free space and run again; what it already holds is kept.", path, "full")
