@@ -525,11 +525,10 @@ class Gateway:
         """One chat completion; identical concurrent requests share one call.
 
         Raises `SystemicFailure` once any call has failed in a way no retry can fix, and
-        `ReservationExceeded` when a reply cost more than its reservation under a dollar cap."""
+        `ReservationExceeded` for a paid request once a reply cost more than its reservation under a dollar
+        cap (an offline stand-in's call and an answer in the call cache are still served: they are free)."""
         if self.failure is not None:
             raise self.failure
-        if self.overrun is not None:
-            raise self.overrun
         # An offline stand-in is sent the seed too (it draws with it at a temperature above 0); a provider's
         # model is not: the seed keys its call cache only.
         chat = _Chat(messages, seed if spec.is_offline else None)
@@ -544,8 +543,6 @@ class Gateway:
         Raises `SystemicFailure` and `BudgetExhausted` as `complete` does."""
         if self.failure is not None:
             raise self.failure
-        if self.overrun is not None:
-            raise self.overrun
         if not inputs:
             raise LmeError(f"model {spec.model}: an embedding request needs at least one text.")
         return await self._request(spec, embedding_call_key(spec.model, inputs, spec.params), _Embedding(inputs))
@@ -721,6 +718,8 @@ class Gateway:
         attempts = 0
         limits = self._rate_limits(spec)
         paid = self.ledger is not None and not spec.is_offline
+        if paid and self.overrun is not None:  # a reply overran its reservation: no paid request goes out (an
+            raise self.overrun  # offline stand-in's call, or an answer in the call cache, still may: both are free)
         request_tokens = 0
         reserve_dollars = 0.0
         counts_tokens = limits is not None and limits.counts_tokens
@@ -752,7 +751,7 @@ class Gateway:
                 attempts = attempt
                 if self.failure is not None:  # another call found the study cannot succeed: send nothing more
                     raise self.failure
-                if self.overrun is not None:
+                if paid and self.overrun is not None:
                     raise self.overrun
                 if limits is not None:
                     await limits.acquire(request_tokens)
