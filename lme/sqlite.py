@@ -367,11 +367,20 @@ def _check_header(path: Path) -> bool:
     """True when the file is empty (zero bytes: treated as absent); `sqlite3.DatabaseError` when it does not
     start as an SQLite file does (a zeroed or foreign file); OSError when it cannot be read."""
     with open(path, "rb") as handle:
-        head = handle.read(len(SQLITE_HEADER))
+        head = handle.read(100)
+        size = os.fstat(handle.fileno()).st_size
     if not head:
         return True
-    if head != SQLITE_HEADER:
+    if head[: len(SQLITE_HEADER)] != SQLITE_HEADER or len(head) < 100:
         raise sqlite3.DatabaseError("file is not a database")
+    page_size = int.from_bytes(head[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(head[28:32], "big")
+    # the header's page count, when valid, against the file's size; not while a WAL file exists (another
+    # process may be checkpointing, and a checkpoint writes page 1 before it extends the file)
+    if head[92:96] == head[24:28] and pages and size < pages * page_size and not os.path.exists(f"{path}-wal"):
+        raise sqlite3.DatabaseError(f"database disk image is malformed: truncated, {size:,} bytes of "
+                                    f"{pages * page_size:,}")
     return False
 
 

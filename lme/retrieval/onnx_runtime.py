@@ -278,6 +278,7 @@ class OnnxEncoder:
         self._no_prompt = any(type(module).__name__ == "Pooling" and getattr(module, "include_prompt", True) is False
                               for module in model)
         fp32, target = self.files()
+        found = [path for path in (fp32, target) if path.is_file()]  # exports of an earlier run, not written now
         try:
             if not target.is_file():
                 print(f"lme: exporting {self.base_model_id} to ONNX ({self.precision}) in {target.parent}, once for "
@@ -290,8 +291,7 @@ class OnnxEncoder:
         except LmeError:
             raise
         except Exception as exc:  # noqa: BLE001 - export, quantization and runtime errors end here
-            raise LmeError(f"embedding model {self.base_model_id}: backend {self.runtime} ({self.precision}) "
-                           f"could not be prepared in {target.parent} ({first_line(exc)}).") from None
+            raise self._unusable(found, target, exc) from None
         if self.gpu_wanted and _gpu_available():
             print(f"lme: embedding.backend={self.runtime} runs {self.base_model_id} on the CPU although a GPU is "
                   f"available; {TORCH_FP32} uses the GPU (other vectors, their "
@@ -300,14 +300,31 @@ class OnnxEncoder:
         self._max_length = self.max_seq_length or model.max_seq_length
         self._session = session
         reference = np.asarray(model.encode(list(PROBE_TEXTS), normalize_embeddings=True, convert_to_numpy=True))
-        mine = self._encode(list(PROBE_TEXTS), "")
-        self.probe_cosine = float(np.min(np.sum(reference * mine, axis=1)))
+        try:  # a file that loads but is not this model's export (other inputs, outputs or sizes)
+            mine = self._encode(list(PROBE_TEXTS), "")
+            self.probe_cosine = float(np.min(np.sum(reference * mine, axis=1)))
+        except Exception as exc:  # noqa: BLE001 - the runtime's errors on a foreign graph end here
+            self._session = None
+            raise self._unusable([target], target, exc) from None
         if self.probe_cosine < MIN_PROBE_COSINE[self.precision]:
             self._session = None
             raise LmeError(f"embedding model {self.base_model_id}: the {self.runtime} {self.precision} export at {target} "
                            f"gives other vectors than torch (cosine {self.probe_cosine:.5f} < "
                            f"{MIN_PROBE_COSINE[self.precision]}); delete it to "
                            f"export again, or use {TORCH_FP32}.")
+
+    def _unusable(self, found: list[Path], target: Path, exc: BaseException) -> LmeError:
+        """The one sentence for an export that cannot be made or run: an export found on disk (damaged,
+        truncated, a part missing, another model's) is named with what to do (delete it: lme exports it again,
+        once); otherwise the export itself failed in its folder."""
+        if found:
+            names = " and ".join(str(path) for path in found)
+            return LmeError(f"embedding model {self.base_model_id}: backend {self.runtime} ({self.precision}) cannot "
+                            f"use the export at {names} ({first_line(exc)}): it is damaged, cut short or not this "
+                            "model's; delete it and lme exports the model again, once.")
+        return LmeError(f"embedding model {self.base_model_id}: backend {self.runtime} ({self.precision}) could not be "
+                        f"prepared in {target.parent} ({first_line(exc)}); check that the folder is writable and has "
+                        f"room, or use {TORCH_FP32}.")
 
     def encode(self, texts: Sequence[str], prompt: str) -> np.ndarray:
         with self._lock:

@@ -140,7 +140,13 @@ def test_a_broken_export_is_refused_in_one_sentence_naming_it(tmp_path):
     fp32, _ = retriever.encoder.files()
     fp32.parent.mkdir(parents=True)
     fp32.write_bytes(b"not an onnx model")  # a truncated or foreign file where the export should be
-    with pytest.raises(LmeError, match=r"backend onnx \(fp32\) could not be prepared in .*onnx"):
+    with pytest.raises(LmeError, match=r"backend onnx \(fp32\) cannot use the export at .*model\.fp32\.onnx .*"
+                       r"delete it and lme exports the model again") as caught:
+        retriever.embed(TEXTS[:2], "")
+    assert "\n" not in str(caught.value)
+    assert fp32.read_bytes() == b"not an onnx model"  # left as it was
+    fp32.write_bytes(b"")  # cut short to nothing: the same sentence
+    with pytest.raises(LmeError, match=r"cannot use the export at .*model\.fp32\.onnx"):
         retriever.embed(TEXTS[:2], "")
 
 
