@@ -86,6 +86,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         terminalreporter.write_line(
             f"lme: new in the checkout since the tests started (tests write only under tmp_path): {'; '.join(new)}",
             yellow=True)
+    from corruption.conftest import pytest_terminal_summary as corruption_summary  # the harness's count line
+
+    corruption_summary(terminalreporter, exitstatus, config)
 
 
 TEST_KEY_ENV = "LME_TEST_KEY"

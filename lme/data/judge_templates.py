@@ -64,7 +64,10 @@ def load_templates(path: str | Path, pinned: Mapping[str, str] = LONGMEMEVAL_TEM
         )
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except OSError as exc:  # a directory in its place, an I/O error
+        raise LmeError(f"{path}: judge templates file cannot be read ({exc.strerror or exc}); point "
+                       "judge.templates_path (or LME_JUDGE_TEMPLATES) at the templates file.") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise LmeError(f"{path}: judge templates file is not valid JSON ({exc}).") from None
     templates = raw.get("templates") if isinstance(raw, dict) else None
     if not isinstance(templates, dict):
