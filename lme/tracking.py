@@ -980,10 +980,26 @@ def read_outcome_rows(settings: TrackingSettings, run_id: str) -> list[dict[str,
             )
         except Exception:
             return None
-        lines = Path(local).read_text(encoding="utf-8").splitlines()
-    rows = [json.loads(line) for line in lines if line.strip()]
+        data = Path(local).read_bytes()
+    where = f"the {OUTCOMES_ARTIFACT} of MLflow run {run_id}"
+    try:
+        lines = data.decode("utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise LmeError(f"{where}: not UTF-8 text (byte {exc.start}); log the job's journal again by rerunning it.") from None
+    rows = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except (ValueError, RecursionError):  # not JSON, nested past the recursion limit, a number past the digit limit
+            row = None
+        if not isinstance(row, dict) or not isinstance(row.get("question_id"), str):
+            raise LmeError(f"{where}, line {number}: not an outcome row lme wrote (a JSON object with a question_id); "
+                           "rerun the job to log its journal again.")
+        rows.append(row)
     for row in rows:
-        journal_format(row.get("format", 1), f"the {OUTCOMES_ARTIFACT} of MLflow run {run_id}")
+        journal_format(row.get("format", 1), where)
     return rows
 
 
