@@ -78,7 +78,7 @@ def test_the_first_new_store_leaves_a_template_and_the_next_is_a_copy_of_it(temp
             copies.append(path)
         return done
 
-    monkeypatch.setattr(tracking, "start_from_template", counted)
+    monkeypatch.setattr(store_template, "start_from_template", counted)  # as lme.store_template.create_whole calls it
     second = _settings(tmp_path / "b")
     monkeypatch.chdir(tmp_path / "b")
     _, default_location = _log_a_run(second)
@@ -149,3 +149,49 @@ def test_a_copied_store_has_the_permissions_a_new_file_gets(templates: Path, tmp
     umask = os.umask(0)
     os.umask(umask)
     assert stat.S_IMODE(copy.stat().st_mode) == 0o666 & ~umask == made
+
+
+def test_a_store_whose_making_fails_leaves_nothing(templates: Path, tmp_path: Path) -> None:
+    """`create_whole`: what `make` (MLflow's migrations) half-wrote stays in its temporary file, which goes."""
+    import errno
+
+    def make(temporary: Path) -> None:
+        temporary.write_bytes(b"SQLite format 3\x00 half")
+        raise OSError(errno.EFBIG, "File too large")
+
+    folder = tmp_path / "study"
+    folder.mkdir()
+    with pytest.raises(OSError):
+        store_template.create_whole(folder / "mlflow.db", make)
+    assert list(folder.iterdir()) == []
+
+
+def test_a_made_store_is_linked_whole_and_an_empty_file_in_its_place_replaced(templates: Path, tmp_path: Path) -> None:
+    def make(temporary: Path) -> None:
+        with sqlite3.connect(temporary) as conn:
+            conn.execute("CREATE TABLE t (x)")
+            conn.execute("INSERT INTO t VALUES (1)")
+        conn.close()
+
+    folder = tmp_path / "study"
+    folder.mkdir()
+    (folder / "mlflow.db").touch()
+    store_template.create_whole(folder / "mlflow.db", make)
+    assert [p.name for p in folder.iterdir()] == ["mlflow.db"]
+    assert _rows(folder / "mlflow.db") == {"t": [(1,)]}
+
+
+def test_only_a_gone_process_s_old_leftovers_are_removed(tmp_path: Path) -> None:
+    import os
+    import time
+
+    store = tmp_path / "mlflow.db"
+    old = time.time() - 2 * store_template.LEFTOVER_AGE_S
+    names = {"gone_old": ".mlflow.db.999999999.aaaaaaaaaaaa.tmp", "gone_new": ".mlflow.db.999999998.bbbbbbbbbbbb.tmp",
+             "alive_old": f".mlflow.db.{os.getpid()}.cccccccccccc.tmp", "other": ".calls.sqlite.999999999.dddd.tmp"}
+    for key, name in names.items():
+        (tmp_path / name).write_bytes(b"x")
+        if key != "gone_new":
+            os.utime(tmp_path / name, (old, old))
+    assert store_template.remove_leftovers(store) == [tmp_path / names["gone_old"]]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(v for k, v in names.items() if k != "gone_old")
