@@ -450,18 +450,19 @@ def test_report_command_errors_are_one_sentence(store, capsys, tmp_path):
     assert code == 2 and "zzz" in err
 
 
-@pytest.mark.parametrize("line", ["[1, 2]", '{"question_id": ["q1"]}', "[" * 100_000, "{not json", "9" * 5000])
-def test_a_broken_outcomes_artifact_is_one_sentence_naming_the_run_and_line(tmp_path_factory, capsys, line):
+def test_a_broken_outcomes_artifact_is_one_sentence_naming_the_run_and_line(tmp_path_factory, capsys):
     settings, tmp = fresh_store(tmp_path_factory, "broken")
     overrides = [f"tracking.uri={settings.uri}", f"tracking.artifact_location={settings.artifact_location}"]
     rows = rows_from(PLAIN[0])
     _, jobs = log_study(settings, "plain", [rows], tmp)
     artifact = next(Path(settings.artifact_location).rglob("outcomes.jsonl"))
-    artifact.write_text(json.dumps(rows[0]) + "\n" + line + "\n", encoding="utf-8")
-    code, out, err = lme(["report", "--resamples", "200", *overrides], capsys)
-    lines = [line for line in err.splitlines() if line.startswith("lme")]  # MLflow's own lines creating the store aside
-    assert code == 2 and "Traceback" not in err and len(lines) == 1, err
-    assert lines[0].startswith(f"lme: error: the outcomes.jsonl of MLflow run {jobs[0]}, line 2: not an outcome row lme")
+    for line in ["[1, 2]", '{"question_id": ["q1"]}', "[" * 100_000, "{not json", "9" * 5000]:
+        artifact.write_text(json.dumps(rows[0]) + "\n" + line + "\n", encoding="utf-8")
+        code, out, err = lme(["report", "--resamples", "200", *overrides], capsys)
+        lines = [text for text in err.splitlines() if text.startswith("lme")]  # MLflow's own lines creating the store
+        assert code == 2 and "Traceback" not in err and len(lines) == 1, err
+        assert lines[0].startswith(f"lme: error: the outcomes.jsonl of MLflow run {jobs[0]}, line 2: not an outcome "
+                                   "row lme wrote")
 
 
 def test_report_command_skips_runs_on_other_questions_and_accepts_a_run_id_prefix(tmp_path_factory, capsys):
