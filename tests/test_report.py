@@ -445,7 +445,7 @@ def test_report_command_errors_are_one_sentence(store, capsys, tmp_path):
     code, _, err = lme(["report", "nosuch", *store["overrides"]], capsys)
     assert code == 2 and err.count("\n") == 1 and "'nosuch' is not a design" in err
     code, _, err = lme(["report", f"tracking.uri=sqlite:///{tmp_path}/none.db"], capsys)
-    assert code == 2 and "no MLflow tracking store" in err and not (tmp_path / "none.db").exists()
+    assert code == 2 and "no MLflow store at" in err and not (tmp_path / "none.db").exists()
     code, _, err = lme(["report", "--pairs", "plain:zzz", *store["overrides"]], capsys)
     assert code == 2 and "zzz" in err
 
