@@ -155,6 +155,10 @@ def _moved(path: Path, kind: StoreKind) -> StoreError:
 # -- a connection whose every error is one sentence ---------------------------------------------------------
 
 
+# errors of lme's own statements or of the rows it writes (a constraint, a misuse): bugs, raised as they are
+_BUGS = (sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.InterfaceError, sqlite3.NotSupportedError)
+
+
 class StoreCursor(sqlite3.Cursor):
     """A cursor of a `StoreConnection`: its errors become `StoreError`s."""
 
@@ -166,42 +170,56 @@ class StoreCursor(sqlite3.Cursor):
     def execute(self, sql: str, parameters: Any = (), /) -> StoreCursor:
         try:
             return super().execute(sql, parameters)
+        except _BUGS:
+            raise
         except sqlite3.Error as exc:
             raise self._fail(exc) from None
 
     def executemany(self, sql: str, seq_of_parameters: Any, /) -> StoreCursor:
         try:
             return super().executemany(sql, seq_of_parameters)
+        except _BUGS:
+            raise
         except sqlite3.Error as exc:
             raise self._fail(exc) from None
 
     def executescript(self, sql_script: str, /) -> StoreCursor:
         try:
             return super().executescript(sql_script)
+        except _BUGS:
+            raise
         except sqlite3.Error as exc:
             raise self._fail(exc) from None
 
     def fetchone(self) -> Any:
         try:
             return super().fetchone()
+        except _BUGS:
+            raise
         except sqlite3.Error as exc:
             raise self._fail(exc) from None
 
     def fetchmany(self, size: int | None = None) -> list[Any]:
         try:
             return super().fetchmany(self.arraysize if size is None else size)
+        except _BUGS:
+            raise
         except sqlite3.Error as exc:
             raise self._fail(exc) from None
 
     def fetchall(self) -> list[Any]:
         try:
             return super().fetchall()
+        except _BUGS:
+            raise
         except sqlite3.Error as exc:
             raise self._fail(exc) from None
 
     def __next__(self) -> Any:
         try:
             return super().__next__()
+        except _BUGS:
+            raise
         except sqlite3.Error as exc:
             raise self._fail(exc) from None
 
