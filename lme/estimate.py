@@ -197,13 +197,15 @@ def _prices(spec: Any) -> tuple[float, float] | None:
 
 
 def _cached_keys(cache_dir: Path, keys: set[str]) -> set[str]:
-    """Which of `keys` the call cache already holds (no cache file: none). Opens nothing for writing."""
-    import sqlite3
+    """Which of `keys` the call cache already holds (no cache file: none). Opens nothing for writing; a faulty
+    cache file is one sentence naming it (`lme.sqlite.StoreError`)."""
+    from lme.models.cache import CALL_CACHE
+    from lme.sqlite import open_store
 
     path = cache_dir / "calls.sqlite"
     if not path.exists() or not keys:
         return set()
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    conn = open_store(path, CALL_CACHE, readonly=True)
     try:
         found: set[str] = set()
         ordered = sorted(keys)
@@ -212,8 +214,6 @@ def _cached_keys(cache_dir: Path, keys: set[str]) -> set[str]:
             marks = ",".join("?" * len(chunk))
             found.update(row[0] for row in conn.execute(f"SELECT key FROM calls WHERE key IN ({marks})", chunk))
         return found
-    except sqlite3.Error:
-        return set()
     finally:
         conn.close()
 

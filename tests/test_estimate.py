@@ -96,6 +96,17 @@ def test_offline_models_cost_nothing_and_the_command_prints_every_seed(tmp_path,
     assert out.rstrip().endswith("no model was called.")
 
 
+def test_a_damaged_call_cache_is_one_sentence_naming_it_and_is_left_as_it_was(tmp_path):
+    from lme.errors import LmeError
+
+    cache = tmp_path / "calls.sqlite"
+    cache.write_bytes(b"SQLite format 3\x00" + bytes(range(256)) * 8)
+    before = cache.read_bytes()
+    with pytest.raises(LmeError, match=str(cache)):
+        main([f"cache_dir={tmp_path}", "limit=2"])
+    assert cache.read_bytes() == before
+
+
 def test_sweeps_expand_like_hydra():
     assert expand_sweeps(["+design=bm25", "seed=1,2"]) == [["+design=bm25", "seed=1"], ["+design=bm25", "seed=2"]]
     assert expand_sweeps([]) == [[]]
