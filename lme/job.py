@@ -24,7 +24,7 @@ from typing import Any
 from lme.answer.steps import run_step_metrics
 from lme.data.dataset import load_dataset, loading_in_background, question_ids_of
 from lme.design import Design, plain
-from lme.errors import EXIT_BUDGET, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_SYSTEMIC
+from lme.errors import EXIT_BAD_INPUT, EXIT_BUDGET, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_SYSTEMIC, LmeError
 from lme.hashing import file_sha256_known, sha256_json
 from lme.heap import freeze_long_lived
 from lme.judge import JudgeLabel
@@ -34,7 +34,8 @@ from lme.models.gateway import Gateway, SystemicFailure, preflight
 from lme.models.ledger import BudgetExhausted, Ledger
 from lme.models.litellm_loader import import_litellm, warm_call_path
 from lme.prereg import check_run
-from lme.resume import budget_stop_message, interrupted_message, job_resume_command, systemic_stop_message
+from lme.resume import (budget_stop_message, interrupted_message, job_resume_command, store_stop_message,
+                        systemic_stop_message)
 from lme.run import FIRST_PASS, Journal, Outcome, error_class, run_questions
 from lme.tracking import (OUTCOMES_ARTIFACT, PARENT_ENV, DataInput, job_run_name, note_stop, open_run, run_stamp,
                           ui_hint)
@@ -396,6 +397,13 @@ def _run_job(design: Design) -> dict[str, float]:
     except KeyboardInterrupt:
         status, failure = "KILLED", "interrupted (Ctrl-C)"
         stop = (EXIT_INTERRUPTED, interrupted_message(len(journal.read()), len(questions), out_dir, design.launch))
+    except LmeError as exc:  # a file the job keeps failed as it ran (a full disk, a store moved or locked): one sentence
+        failure = str(exc)
+        try:
+            journaled: int | None = len(journal.read())
+        except LmeError:  # the journal itself is the file that failed
+            journaled = None
+        stop = (EXIT_BAD_INPUT, store_stop_message(exc, journaled, len(questions), out_dir, design.launch))
     finally:
         if traces is not None:
             traces.close()  # the questions answered so far keep their traces, whatever stopped the job

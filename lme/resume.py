@@ -82,3 +82,16 @@ def interrupted_message(journaled: int, total: int, run_dir: Path, launch: Launc
         f"lme: interrupted; {journaled} of {total} questions are journaled in {run_dir / OUTCOMES_ARTIFACT}. "
         "To resume: " + job_resume_command(run_dir, launch)
     )
+
+
+def store_stop_message(exc: Exception, journaled: int | None, total: int, run_dir: Path, launch: Launch) -> str:
+    """What a job prints when a file it keeps (a cache, the ledger, the journal, the MLflow store) failed while
+    it ran: the file's one sentence, what is kept, and how to resume once the file is fixed."""
+    kept = (f"{journaled} of {total} questions are journaled in {run_dir / OUTCOMES_ARTIFACT}"
+            if journaled is not None else f"the questions answered so far are in {run_dir / OUTCOMES_ARTIFACT}")
+    return (
+        f"lme: stopped: {exc}\n"
+        f"lme: Nothing more was sent; {kept}. Once the file is fixed, resume with: "
+        + job_resume_command(run_dir, launch)
+    )
+
