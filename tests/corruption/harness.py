@@ -780,7 +780,12 @@ class Verdict:
 
 
 def names_the_file(message: str, case: Case, names: dict[str, str], path: Path) -> bool:
-    text = message.lower()
+    """Whether a refusal names the faulted file (its name, its folder's setting, or its key; a name that is
+    not UTF-8 as lme prints it, each such byte as \\xNN). On a full disk, the file whose write failed is named
+    (RLIMIT_FSIZE holds for every file of the command)."""
+    if FAULTS[case.fault][0] == "full_disk" and ("disk" in message or "file size" in message):
+        return True
+    text = message.lower().replace("\\xff", "\udcff")
     words = {case.target.key, path.name, os.fsdecode(path.name), names.get(case.target.placeholder or "", ""),
              case.target.key.split(".")[0]}
     words |= {os.fsdecode(path.parent.name)} if case.target.key.startswith(".hydra") else set()
