@@ -166,7 +166,10 @@ JOURNAL_FAULTS = COMMON + [
     ("truncated inside a character", _bytes(outcome(0).to_json().encode() + b"\n" + CUT_IN_A_CHARACTER), "cut"),
 ]
 
-YAML_FAULTS = COMMON + [
+YAML_FAULTS = [fault for fault in COMMON if fault[0] != "empty"] + [
+    ("empty", _bytes(b""), "error"),  # Hydra writes `[]` for no overrides: an empty file is a write that failed
+    ("only a comment", _bytes(b"# nothing\n"), "error"),
+    ("cut mid-line", lambda path: path.write_bytes(path.read_bytes()[:-3]), "error"),  # a value cut short
     ("deeply nested", _bytes(b"a: " + b"[" * 500 + b"\n"), "error"),
     ("an alias bomb", _bytes(b'a: &a ["x","x"]\nb: &b [*a,*a]\nc: [*b,*b]\n'), "error"),
     ("not YAML", _bytes(b"a: [unclosed\n  - b: }\n"), "error"),
@@ -179,8 +182,14 @@ SHAPES = {  # a shape Hydra never writes, per file
                            ("a number", b"42\n")],
     ".hydra/hydra.yaml": [("hydra a list", b"hydra: [1, 2]\n"), ("runtime a string", b"hydra:\n  runtime: x\n"),
                           ("cwd a list", b"hydra:\n  runtime:\n    cwd: [1]\n")],
-    ".hydra/overrides.yaml": [("a mapping", b"a: 1\n"), ("an override a mapping", b"- {a: 1}\n")],
+    ".hydra/overrides.yaml": [("a mapping", b"a: 1\n"), ("an override a mapping", b"- {a: 1}\n"),
+                              ("not an override", b"- a list\n- where a mapping was\n")],
 }
+# Cut at the end of a line: still YAML, but without what Hydra writes for every lme job.
+SHAPES[".hydra/config.yaml"] += [("cut before seed", b"design_name: bm25\ncache_dir: cache\n"),
+                                 ("cut before budget.ledger_path", b"design_name: bm25\nseed: 1\ncache_dir: c\n"
+                                                                   b"budget:\n  study: null\n")]
+SHAPES[".hydra/hydra.yaml"] += [("cut before output_dir", b"hydra:\n  runtime:\n    cwd: /x\n")]
 
 CASES = [("outcomes.jsonl", name, damage, expected) for name, damage, expected in JOURNAL_FAULTS]
 CASES += [(file, name, damage, expected) for file in SHAPES for name, damage, expected in YAML_FAULTS]
@@ -230,7 +239,9 @@ COMMON_NAMES = {name for name, _, _ in COMMON} | {"zeroed"}
 
 CLI_CASES = [("outcomes.jsonl", _edit_row(lambda row: row.update(question_id=["q1"])), "field question_id is a list"),
              ("outcomes.jsonl", _directory, "a directory"),
-             (".hydra/hydra.yaml", _bytes(b"hydra: [1, 2]\n"), "hydra is list")]
+             (".hydra/hydra.yaml", _bytes(b"hydra: [1, 2]\n"), "hydra is list"),
+             (".hydra/config.yaml", _bytes(b""), "empty"),
+             (".hydra/overrides.yaml", _bytes(b"- seed=1\n"), "differ from the 2 that hydra.yaml records")]
 
 
 @pytest.mark.parametrize(("file", "damage", "says"), CLI_CASES, ids=[c[2] for c in CLI_CASES])
@@ -238,6 +249,8 @@ def test_lme_cost_on_a_damaged_job_folder_exits_2_with_one_sentence(file, damage
                                                                     monkeypatch):
     monkeypatch.chdir(tmp_path)
     folder = make_job(tmp_path / "multirun" / "bm25" / "0")
+    with open(folder / ".hydra" / "hydra.yaml", "a", encoding="utf-8") as handle:  # as Hydra records them too
+        handle.write("  overrides:\n    task:\n    - seed=1\n    - +design=bm25\n")
     damage(folder / file)
     before = checksums(tmp_path)
     code, out, err = cost(tmp_path / "multirun", capsys)

@@ -7,8 +7,10 @@ folder under the FOLDERs (default: `multirun/` and `outputs/`) counts, whatever 
 (discarded designs, designs whose file is gone). Its files are checked as they are read (the journal row by
 row, as a resume reads it; `.hydra/config.yaml`, `hydra.yaml` and `overrides.yaml` with lme's safe YAML
 reader and their shapes): a fault in any of them (not UTF-8, not YAML, an alias, a row of the wrong shape,
-a directory or an unreadable file in its place) stops the command with one sentence naming the file and
-line, exit 2, and nothing is written; fix the file or move that folder out of the FOLDERs. A job folder
+a directory or an unreadable file in its place; a Hydra file that is empty, ends mid-line or lacks a key
+Hydra writes for every lme job, which is a write cut short whose values cannot be trusted; overrides that
+are not Hydra's syntax or not those `hydra.yaml` records) stops the command with one sentence naming the
+file and line, exit 2, and nothing is written; fix the file or move that folder out of the FOLDERs. A job folder
 without `.hydra/` still counts, its paid calls under the jobs of no folder (a note says so). Its journal gives, per question and step, the reader's,
 the judge's and a model-built memory's calls, those served from the call cache, tokens and dollars. Its ledger (the SQLite file
 of `budget.ledger_path`, shared by every job of a study; read from the job's own config) holds one row per
@@ -31,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -61,22 +64,66 @@ class JobFolder:
     rows: tuple[Mapping[str, Any], ...]
 
 
+_RESTORE = "restore the job folder's .hydra/ files or move the folder out of the folders lme cost reads."
+
+
 def _hydra_file(path: Path, shape: type) -> Any:
     """One of Hydra's files in a job's `.hydra/` (read safely: `lme.yamlfile.read_yaml`), or None when it is
-    absent; `LmeError` naming it when it cannot be read, is not YAML lme can read, or is not of `shape` (a
-    mapping for config.yaml and hydra.yaml, a list for overrides.yaml)."""
+    absent; `LmeError` naming it when it cannot be read, is not YAML lme can read, is empty or ends mid-line
+    (Hydra writes every one of them whole, each line ended: an empty one or one cut short is a write that
+    failed, whose values cannot be trusted), or is not of `shape` (a mapping for config.yaml and hydra.yaml,
+    a list for overrides.yaml)."""
     from lme.yamlfile import read_yaml
 
     if not os.path.lexists(path):
         return None
     data = read_yaml(path)
-    if data is None:  # an empty file
-        data = shape()
+    if data is None:  # empty, or nothing but blanks and comments: Hydra writes `[]` even for no overrides
+        raise LmeError(f"{path}: empty, which Hydra never writes (a write that failed, a full disk?); {_RESTORE}")
     if not isinstance(data, shape):
         kind = "a mapping" if shape is dict else "a list"
-        raise LmeError(f"{path}: {kind} is expected (Hydra writes one), found {type(data).__name__}; restore the "
-                       "job folder's .hydra/ files or move the folder out of the folders lme cost reads.")
+        raise LmeError(f"{path}: {kind} is expected (Hydra writes one), found {type(data).__name__}; {_RESTORE}")
+    try:
+        with path.open("rb") as handle:
+            handle.seek(-1, os.SEEK_END)
+            last = handle.read(1)
+    except OSError as exc:
+        raise LmeError(f"{path}: cannot be read ({exc.strerror or type(exc).__name__}); check the file and its "
+                       "permissions.") from None
+    if last != b"\n":  # a value cut mid-line still parses, as another value (a path, a name cut short)
+        raise LmeError(f"{path}: ends mid-line, cut short (Hydra ends every line it writes); {_RESTORE}")
     return data
+
+
+def _require(data: dict[str, Any], keys: Sequence[str], path: Path) -> None:
+    """`LmeError` naming the file and the first of `keys` (dotted) that it lacks: Hydra writes them all, so a
+    file without one was cut short or is not Hydra's."""
+    for dotted in keys:
+        node: Any = data
+        for part in dotted.split("."):
+            if not isinstance(node, dict) or part not in node:
+                raise LmeError(f"{path}: has no {dotted}, which Hydra writes for every lme job (a file cut short?); "
+                               f"{_RESTORE}")
+            node = node[part]
+
+
+# Hydra's override syntax, as far as lme cost needs it: `key=value`, `+key=value`, `++key=value`, `~key`,
+# `~key=value`, `group@package=option` (a key: letters, digits, `_`, `-`, `.`, `/`, `@`, `$`).
+_OVERRIDE = re.compile(r"(?:~[\w.\-/@$]+(?:=.*)?|(?:\+\+|\+)?[\w.\-/@$]+=.*)", re.DOTALL)
+
+
+def _overrides(data: list[Any], path: Path, recorded: Any) -> list[str]:
+    """The job's overrides from overrides.yaml: each a plain value of Hydra's override syntax, and the same
+    list as hydra.yaml's `hydra.overrides.task` when that file records it (Hydra writes both from one list);
+    `LmeError` naming overrides.yaml otherwise."""
+    overrides = [str(_scalar(item, "an override", path)) for item in data]
+    for item in overrides:
+        if not _OVERRIDE.fullmatch(item):
+            raise LmeError(f"{path}: {item[:80]!r} is not a Hydra override (key=value); {_RESTORE}")
+    if isinstance(recorded, list) and [str(item) for item in recorded] != overrides:
+        raise LmeError(f"{path}: its {len(overrides)} override(s) differ from the {len(recorded)} that "
+                       f"hydra.yaml records for the job (hydra.overrides.task); {_RESTORE}")
+    return overrides
 
 
 def _mapping(data: dict[str, Any], key: str, path: Path) -> dict[str, Any]:
@@ -85,8 +132,7 @@ def _mapping(data: dict[str, Any], key: str, path: Path) -> dict[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise LmeError(f"{path}: {key} is {type(value).__name__}, not a mapping as Hydra writes it; restore the "
-                       "job folder's .hydra/ files or move the folder out of the folders lme cost reads.")
+        raise LmeError(f"{path}: {key} is {type(value).__name__}, not a mapping as Hydra writes it; {_RESTORE}")
     return value
 
 
@@ -94,8 +140,7 @@ def _scalar(value: Any, key: str, path: Path) -> Any:
     """A config value that should be plain (text, a number, null); `LmeError` naming the file for a list or a
     mapping."""
     if isinstance(value, (dict, list)):
-        raise LmeError(f"{path}: {key} is {type(value).__name__}, not a single value; restore the job folder's "
-                       ".hydra/ files or move the folder out of the folders lme cost reads.")
+        raise LmeError(f"{path}: {key} is {type(value).__name__}, not a single value; {_RESTORE}")
     return value
 
 
@@ -150,16 +195,28 @@ def read_job(path: Path, compose: _Composer) -> JobFolder:
 
     hydra = path / ".hydra"
     config_path, hydra_path, overrides_path = hydra / "config.yaml", hydra / "hydra.yaml", hydra / "overrides.yaml"
-    config = _hydra_file(config_path, dict) or {}
-    runtime = _mapping(_mapping(_hydra_file(hydra_path, dict) or {}, "hydra", hydra_path), "runtime", hydra_path)
-    overrides = [str(_scalar(item, "an override", overrides_path)) for item in _hydra_file(overrides_path, list) or []]
-    budget = _mapping(config, "budget", config_path)
+    config = _hydra_file(config_path, dict)
+    hydra_data = _hydra_file(hydra_path, dict)
+    hydra_node = _mapping(hydra_data or {}, "hydra", hydra_path)
+    runtime = _mapping(hydra_node, "runtime", hydra_path)
+    recorded = _mapping(hydra_node, "overrides", hydra_path).get("task")
+    if recorded is not None and not isinstance(recorded, list):
+        raise LmeError(f"{hydra_path}: hydra.overrides.task is {type(recorded).__name__}, not a list as Hydra "
+                       f"writes it; {_RESTORE}")
+    overrides_data = _hydra_file(overrides_path, list)
+    overrides = [] if overrides_data is None else _overrides(overrides_data, overrides_path, recorded)
+    budget = _mapping(config or {}, "budget", config_path)
     for key in ("ledger_path", "study", "job"):
         _scalar(budget.get(key), f"budget.{key}", config_path)
     for key in ("cache_dir", "design_name", "seed"):
-        _scalar(config.get(key), key, config_path)
+        _scalar((config or {}).get(key), key, config_path)
     for key in ("cwd", "output_dir"):
         _scalar(runtime.get(key), f"hydra.runtime.{key}", hydra_path)
+    if config is not None:  # what cost reads of it, which every lme job's config holds
+        _require(config, ("design_name", "seed", "cache_dir", "budget.ledger_path"), config_path)
+    if hydra_data is not None:
+        _require(hydra_data, ("hydra.runtime.cwd", "hydra.runtime.output_dir"), hydra_path)
+    config = config or {}
     cwd = Path(str(runtime.get("cwd") or "."))
     ledger: Path | None = None
     study = _plain(budget.get("study"))
@@ -302,12 +359,12 @@ def study_spend(folders: Sequence[Path], ledgers: Sequence[Path] = (), study: st
         if resolved not in files:
             files.append(resolved)
     for path in ledgers:
-        if not path.is_file():
+        if not os.path.lexists(path):
             raise LmeError(f"{path}: no ledger file there (--ledger).")
     rows: list[dict[str, Any]] = []
     read: list[tuple[str, int]] = []
     for path in files:
-        if not path.is_file():
+        if not os.path.lexists(path):  # a directory, a broken link or a link loop there: read_rows says which
             users = sum(1 for job in jobs if job.ledger is not None and _resolved(job.ledger) == path)
             notes.append(f"the ledger {path} of {users} job(s) does not exist (no paid call was made, or it was "
                          "moved: pass --ledger FILE)")
