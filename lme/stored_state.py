@@ -24,7 +24,7 @@ disk while writing, and a path that is not UTF-8.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, replace
 
 OUTCOMES: tuple[str, ...] = ("refuse", "created", "recovered", "ignored", "accepted", "n/a")
 CASES: tuple[str, ...] = (
@@ -69,9 +69,25 @@ class Contract:
     read_only: str
     full_disk: str
     non_utf8_path: str
+    # finer contracts for named faults within a case, where lme's answer differs from the case's:
+    # (case, fault, contract), e.g. ("wrong_shape", "wrong-types", "recovered: ..."); the fault names are the
+    # corruption harness's (tests/corruption/harness.py FAULTS)
+    faults: tuple[tuple[str, str, str], ...] = ()
 
     def of(self, case: str) -> str:
         return getattr(self, case)
+
+    def of_fault(self, case: str, fault: str) -> str:
+        """The contract for `fault` within `case`: its own when the entry names one, else the case's."""
+        for named_case, named_fault, text in self.faults:
+            if named_case == case and named_fault == fault:
+                return text
+        return self.of(case)
+
+    def cell(self, case: str) -> str:
+        """The case's contract with its faults' own (the docs page's cell)."""
+        own = [f"{fault}: {text}" for named, fault, text in self.faults if named == case]
+        return "; ".join([self.of(case), *own]) if own else self.of(case)
 
     def outcome(self, case: str) -> str:
         """The contract's first word for `case` (one of `OUTCOMES`)."""
@@ -130,6 +146,16 @@ _SQLITE_STORE = Contract(
     full_disk="refuse: one sentence naming the file; what was committed before is kept",
     non_utf8_path="refuse: one sentence naming the path as it can be printed",
 )
+
+# A -wal file that does not start with SQLite's WAL header (debris of another program, a copy without its
+# store) holds no committed page: SQLite ignores it and reads the store as it was.
+_WAL_DEBRIS = ("corrupt", "wal-debris", "accepted: a -wal file without SQLite's WAL header holds no committed "
+               "page; SQLite ignores it and reads the store as it was")
+
+# The trace text registry only saves room (a text already in a trace is referenced, not stored again).
+_TRACES_WITHOUT_REGISTRY = (
+    "recovered: one line on stderr naming the file (what is wrong, and to move it away); the job and its traces "
+    "go on without it, each memory text stored in full in its trace; the file is left as it is")
 
 _JSON_INPUT = Contract(
     missing="refuse: one sentence naming the file and where it was looked for, and how to get it",
@@ -253,7 +279,12 @@ STORED: tuple[StoredFile, ...] = (
         owner="lme.models.cache", format="sqlite",
         readers=("run", "resume", "multirun", "embed", "estimate", "cache merge"),
         writers=("run", "resume", "multirun", "embed", "cache merge"),
-        contract=_SQLITE_STORE,
+        contract=replace(_SQLITE_STORE, faults=(
+            _WAL_DEBRIS,
+            ("wrong_shape", "wrong-types", "recovered: a row lme cannot use (its reply not a JSON object, a column "
+             "of another type) is a miss, said once on stderr naming the file: the call is asked again and its "
+             "entry replaced; `cache merge` leaves such rows out and says how many; `estimate` counts them as "
+             "not cached"))),
         what="the call cache: every model reply by the hash of its request (seed included), so a rerun pays nothing",
         literals=("calls.sqlite",)),
     StoredFile(
@@ -261,7 +292,12 @@ STORED: tuple[StoredFile, ...] = (
         moved_by=("budget.ledger_path", "cache_dir", "LME_CACHE_DIR"),
         owner="lme.models.ledger", format="sqlite",
         readers=("run", "resume", "multirun", "embed", "cost"), writers=("run", "resume", "multirun", "embed"),
-        contract=_SQLITE_STORE,
+        contract=replace(
+            _SQLITE_STORE,
+            wrong_shape="refuse: one sentence naming the file and the table or column that is not lme's, or how "
+                        "many rows hold text where a number belongs (the caps and `lme cost` never sum a wrong "
+                        "value)",
+            faults=(_WAL_DEBRIS,)),
         what="the spending ledger: every paid call's reservation and cost, per study and job; the caps read it",
         literals=("ledger.sqlite",)),
     StoredFile(
@@ -272,10 +308,14 @@ STORED: tuple[StoredFile, ...] = (
         writers=("run", "resume", "embed", "retrieval", "memory", "cache import"),
         contract=Contract(
             missing=_SQLITE_STORE.missing, unreadable=_SQLITE_STORE.unreadable, corrupt=_SQLITE_STORE.corrupt,
-            wrong_shape="refuse: one sentence naming the file (a wrong schema, or a vector that is NaN, infinite "
-                        "or shorter than its model's dimension: never used silently)",
+            wrong_shape="refuse: one sentence naming the file and the table or column that is not lme's",
             locked=_SQLITE_STORE.locked, read_only=_SQLITE_STORE.read_only, full_disk=_SQLITE_STORE.full_disk,
-            non_utf8_path=_SQLITE_STORE.non_utf8_path),
+            non_utf8_path=_SQLITE_STORE.non_utf8_path,
+            faults=(_WAL_DEBRIS, *((
+                "wrong_shape", fault, "recovered: a vector that is NaN, infinite, shorter or longer than its "
+                "dimension, or of another type is never used: it is encoded again and replaced when next needed "
+                "(one line on stderr naming the file and how many); `cache export` leaves such rows out and says "
+                "how many") for fault in ("wrong-types", "nan-vectors", "short-vectors")))),
         what="the embedding cache: one float32 vector per (model, prompt, text) key, shared by every run",
         literals=("embeddings.sqlite",)),
     StoredFile(
@@ -288,13 +328,15 @@ STORED: tuple[StoredFile, ...] = (
             wrong_shape="refuse: one sentence naming the file (no manifest, a digest that does not match)",
             locked=_SQLITE_STORE.locked, read_only="accepted: import only reads it; export refuses an existing "
                                                    "file without --force",
-            full_disk=_SQLITE_STORE.full_disk, non_utf8_path=_SQLITE_STORE.non_utf8_path),
+            full_disk=_SQLITE_STORE.full_disk, non_utf8_path=_SQLITE_STORE.non_utf8_path, faults=(_WAL_DEBRIS,)),
         what="vectors exported by `lme cache export FILE` (a manifest and its digest), for `lme cache import`"),
     StoredFile(
         key="traces.sqlite", pattern="traces.sqlite", base="cache_dir", moved_by=("cache_dir", "LME_CACHE_DIR"),
         owner="lme.traces", format="sqlite",
         readers=("run", "resume", "multirun"), writers=("run", "resume", "multirun"),
-        contract=_SQLITE_STORE,
+        contract=replace(
+            _SQLITE_STORE, **{case: _TRACES_WITHOUT_REGISTRY for case in (
+                "unreadable", "corrupt", "wrong_shape", "locked", "read_only", "full_disk")}),
         what="the trace text store (tracking.traces=full): each memory text once per MLflow store, by digest",
         literals=("traces.sqlite",)),
     StoredFile(
@@ -692,7 +734,7 @@ def render_markdown() -> str:
         lines += ["", "Contracts:", "", "| file | " + " | ".join(c.replace("_", " ") for c in CASES) + " |",
                   "|---|" + "---|" * len(CASES)]
         for e in entries:
-            lines.append(f"| **{_cell(e.key)}** | " + " | ".join(_cell(e.contract.of(c)) for c in CASES) + " |")
+            lines.append(f"| **{_cell(e.key)}** | " + " | ".join(_cell(e.contract.cell(c)) for c in CASES) + " |")
         lines.append("")
     lines += ["## Environment variables", "", "| variable | read or set by | what | a value lme cannot use |",
               "|---|---|---|---|"]
@@ -722,9 +764,12 @@ def check_registry() -> list[str]:
         for command in (*entry.readers, *entry.writers):
             if command not in COMMANDS:
                 problems.append(f"{entry.key}: unknown command {command}")
-        for case in (f.name for f in fields(Contract)):
+        for case in CASES:
             if entry.contract.outcome(case) not in OUTCOMES:
                 problems.append(f"{entry.key}: contract for {case} starts with an unknown word")
+        for case, fault, text in entry.contract.faults:
+            if case not in CASES or text.split(":", 1)[0].strip() not in OUTCOMES:
+                problems.append(f"{entry.key}: the contract for {fault} names an unknown case or word")
     return problems
 
 

@@ -438,9 +438,14 @@ def _sqlite_wrong_schema(path: Path, fmt: str) -> Applied:
 
 
 def _sqlite_update(path: Path, value_of: Callable[[str, str], Any]) -> None:
+    """Every row changed as `value_of` says, as another program would: past the store's triggers (the ledger's
+    append-only ones are dropped for the change and made again)."""
     conn = sqlite3.connect(path)
     try:
         with conn:
+            triggers = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'").fetchall()
+            for trigger, _ in triggers:
+                conn.execute(f'DROP TRIGGER "{trigger}"')
             for name, columns in _sqlite_tables(path):
                 for column, kind, primary in columns:
                     if primary:
@@ -449,6 +454,8 @@ def _sqlite_update(path: Path, value_of: Callable[[str, str], Any]) -> None:
                         conn.execute(f'UPDATE "{name}" SET "{column}" = ?', (value_of(column, kind),))
                     except sqlite3.DatabaseError:  # a NOT NULL or CHECK constraint: that column stays
                         pass
+            for _, sql in triggers:
+                conn.execute(sql)
     finally:
         conn.close()
 
@@ -808,7 +815,7 @@ def classify(case: Case, result: Result, changed: list[str], names: dict[str, st
     from lme.stored_state import stored
 
     registry_case = registry_case_of(case)
-    contract = stored(case.target.key).contract.of(registry_case)
+    contract = stored(case.target.key).contract.of_fault(registry_case, case.fault)
     outcome_word = contract.split(":", 1)[0]
     text = result.output
     tail = text.strip()[-600:]
@@ -820,9 +827,12 @@ def classify(case: Case, result: Result, changed: list[str], names: dict[str, st
     if changed:
         return Verdict("other-changed", "changed or removed: " + ", ".join(changed[:5]))
     if result.rc == 2:
-        errors = [line for line in text.splitlines() if line.startswith("lme: error:")]
+        # a job stopped by a file it keeps (lme.resume.store_stop_message): `lme: stopped: <the file's sentence>`,
+        # then what is kept and the resume command
+        errors = [line for line in text.splitlines() if line.startswith("lme: error:")
+                  or (line.startswith("lme: stopped:") and "resume with: " in text)]
         if not errors:
-            return Verdict("unclear", f"exit 2 without an `lme: error:` line: {tail[-300:]}")
+            return Verdict("unclear", f"exit 2 without an `lme: error:` or `lme: stopped:` line: {tail[-300:]}")
         if not names_the_file(errors[-1], case, names, path):
             return Verdict("unclear", f"does not name the file: {errors[-1][:300]}")
         return Verdict("refused", errors[-1][:300])

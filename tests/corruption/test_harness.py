@@ -84,7 +84,7 @@ def test_stored_file_fault(case, harness_worker, harness_workspace, tmp_path, re
             log.write(json.dumps({"case": case.id, "outcome": verdict.outcome, "detail": verdict.detail}) + "\n")
     assert not verdict.failed, (
         f"{case.target.key} x {case.fault} x {case.command} -> {verdict.outcome}: {verdict.detail}\n"
-        f"(contract: {stored(case.target.key).contract.of(registry_case)})\n--- output ---\n{result.output[-2500:]}")
+        f"(contract: {stored(case.target.key).contract.of_fault(registry_case, case.fault)})\n--- output ---\n{result.output[-2500:]}")
 
 
 def test_every_registry_entry_is_faulted_or_says_why():
