@@ -199,7 +199,7 @@ def _prices(spec: Any) -> tuple[float, float] | None:
 def _cached_keys(cache_dir: Path, keys: set[str]) -> set[str]:
     """Which of `keys` the call cache already holds (no cache file: none). Opens nothing for writing; a faulty
     cache file is one sentence naming it (`lme.sqlite.StoreError`)."""
-    from lme.models.cache import CALL_CACHE
+    from lme.models.cache import CALL_CACHE, SOUND_ROW
     from lme.sqlite import open_store
 
     path = cache_dir / "calls.sqlite"
@@ -212,7 +212,8 @@ def _cached_keys(cache_dir: Path, keys: set[str]) -> set[str]:
         for start in range(0, len(ordered), 500):
             chunk = ordered[start : start + 500]
             marks = ",".join("?" * len(chunk))
-            found.update(row[0] for row in conn.execute(f"SELECT key FROM calls WHERE key IN ({marks})", chunk))
+            found.update(row[0] for row in conn.execute(f"SELECT key FROM calls WHERE key IN ({marks}) AND {SOUND_ROW}",
+                                                         chunk))  # a damaged entry is asked again: not free
         return found
     finally:
         conn.close()

@@ -81,6 +81,9 @@ class StoreKind:
     schema: str
     tables: Mapping[str, tuple[str, ...]]
     loss: str  # "its answers are asked for (and paid) again; nothing else is lost"
+    # columns that must hold numbers (or NULL), checked over every row when the store is opened: a store
+    # whose sums decide something (the ledger's caps) is refused when another program wrote text there
+    numbers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     objects: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -420,6 +423,19 @@ def _validate(conn: sqlite3.Connection, path: Path, kind: StoreKind) -> list[str
     for name in kind.objects:  # a name of the schema taken by another kind of object (a view called calls)
         if name in present and name in kind.tables and present[name] != "table":
             raise _wrong_schema(path, kind, f"{name} is a {present[name]}, not a table")
+    for table, numeric in kind.numbers.items():
+        if present.get(table) != "table":
+            continue
+        columns = {str(row[1]) for row in sqlite3.Connection.execute(conn, f"PRAGMA table_info({table})")}
+        for column in (name for name in numeric if name in columns):
+            bad = sqlite3.Connection.execute(
+                conn, f"SELECT COUNT(*) FROM {table} WHERE typeof({column}) NOT IN ('integer', 'real', 'null')"
+            ).fetchone()[0]
+            if bad:
+                raise StoreError(
+                    f"{path}: {bad:,} row(s) of its table {table} hold a {column} that is not a number (written by "
+                    f"another program), so lme cannot use this {kind.what}; restore it from a backup, or move it "
+                    f"away and lme starts a new one ({kind.loss}).", path, "wrong-types")
     return [name for name in kind.objects if name not in present]
 
 
@@ -552,10 +568,12 @@ def attached(conn: sqlite3.Connection, path: str | Path, alias: str) -> Iterator
 
 
 def insert_missing(conn: sqlite3.Connection, table: str, columns: tuple[str, ...], source: str,
-                   order_by: str | None = None) -> int:
-    """Copy the rows of `source.table` whose key is not yet in `main.table` (`INSERT OR IGNORE`: a row
-    already there is kept as it is); the number of rows added."""
+                   order_by: str | None = None, where: str | None = None) -> int:
+    """Copy the rows of `source.table` (those `where` holds, when given) whose key is not yet in `main.table`
+    (`INSERT OR IGNORE`: a row already there is kept as it is); the number of rows added."""
     names = ", ".join(columns)
     order = f" ORDER BY {order_by}" if order_by else ""
-    cursor = conn.execute(f"INSERT OR IGNORE INTO main.{table} ({names}) SELECT {names} FROM {source}.{table}{order}")
+    condition = f" WHERE {where}" if where else ""
+    cursor = conn.execute(
+        f"INSERT OR IGNORE INTO main.{table} ({names}) SELECT {names} FROM {source}.{table}{condition}{order}")
     return int(cursor.rowcount)

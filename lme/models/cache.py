@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+import sys
 import threading
 import time
 from pathlib import Path
@@ -37,6 +38,10 @@ CREATE TABLE IF NOT EXISTS calls (
     created REAL NOT NULL
 )
 """
+# a row lme can use: a text key and model, a reply that is a JSON object (another program's row, or one of the
+# wrong types, is a miss: asked again and replaced; `cache merge` leaves it out)
+SOUND_ROW = ("typeof(key) = 'text' AND typeof(model) = 'text' AND typeof(response) = 'text' "
+          "AND CASE WHEN json_valid(response) THEN json_type(response) = 'object' ELSE 0 END")
 CALL_CACHE = StoreKind(
     "call cache", _SCHEMA, {"calls": ("key", "model", "response", "created")},
     "its answers are asked for, and paid, again; nothing else is lost",
@@ -124,7 +129,12 @@ def merge_caches(target: str | Path, sources: list[str | Path]) -> dict[str, int
                         raise LmeError(f"cache merge: {source}: not an lme call cache (no calls table).")
                     with immediate(conn):
                         added[str(source)] = insert_missing(conn, "calls", ("key", "model", "response", "created"),
-                                                            "source", order_by="created")
+                                                            "source", order_by="created", where=SOUND_ROW)
+                    damaged = conn.execute(f"SELECT COUNT(*) FROM source.calls WHERE NOT ({SOUND_ROW})").fetchone()[0]
+                    if damaged:
+                        print(f"lme: warning: {source}: {damaged:,} damaged entr{'y' if damaged == 1 else 'ies'} "
+                              "(not a reply lme stored: another program's or of the wrong types) left out of the "
+                              "merge; those calls are asked again when next needed.", file=sys.stderr, flush=True)
     except sqlite3.DatabaseError as exc:
         raise LmeError(f"cache merge: {exc}.") from None
     finally:
@@ -142,6 +152,7 @@ class CallCache:
         # lookups on a connection of their own: in WAL mode a reader never waits for the writer, so a
         # lookup on the event loop does not stall behind a write's commit in a worker thread
         self._read_lock = threading.Lock()
+        self._said_damaged = False
         try:
             self._reader = open_store(self.path, CALL_CACHE)
         except BaseException:
@@ -157,7 +168,14 @@ class CallCache:
             stored = json.loads(row[0])
         except (TypeError, ValueError, RecursionError):
             stored = None
-        return stored if isinstance(stored, dict) else None  # a damaged entry is a miss: asked again, replaced
+        if isinstance(stored, dict):
+            return stored
+        if not self._said_damaged:  # a damaged entry is a miss: asked again, replaced; said once per cache
+            self._said_damaged = True
+            print(f"lme: warning: {self.path}: a cached reply could not be read (not a reply lme stored: another "
+                  "program's or of the wrong types); such calls are asked again and their entries replaced.",
+                  file=sys.stderr, flush=True)
+        return None
 
     def put(self, key: str, model: str, response: dict[str, Any]) -> None:
         payload = json.dumps(response, sort_keys=True, ensure_ascii=False)

@@ -107,6 +107,11 @@ LEDGER = StoreKind(  # how the file is opened: lme.sqlite.open_store (created wh
     {"calls": ("id", "time", "study", "job", "model", "call_key", "status", "dollars", "reserved_dollars"),
      "reservations": ("id", "study", "job", "model", "call_key", "dollars", "host", "pid", "process_start")},
     "the caps then count from zero: lower them by what it recorded; nothing else is lost",
+    numbers={  # the caps sum these: text where a number belongs would count as nothing
+        "calls": ("time", "input_tokens", "cached_input_tokens", "output_tokens", "reasoning_tokens", "dollars",
+                  "reserved_dollars", "attempts"),
+        "reservations": ("time", "dollars", "pid"),
+        "overruns": ("time", "dollars", "reserved_dollars", "job_cap", "study_cap")},
 )
 _EPSILON = 1e-12
 OVERRUN_TOLERANCE = 1e-9  # dollars: a reply costing more than its reservation by this much overran it
