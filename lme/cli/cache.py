@@ -22,6 +22,7 @@ run's semantic retriever's `cache_path` (default `<cache_dir>/embeddings.sqlite`
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -104,6 +105,10 @@ def export_main(argv: Sequence[str], overrides: Sequence[str]) -> int:
     summary = export_embeddings(source, options.file, model=options.model, overwrite=options.force)
     print(f"exported {summary.count:,} vectors from {source} to {summary.path} ({summary.bytes / 1e6:,.1f} MB, "
           f"{time.perf_counter() - started:.1f} s); {_models_line(summary.models)}; sha256 {summary.digest}")
+    if summary.damaged:
+        print(f"lme: {source}: {summary.damaged:,} damaged vector(s) (NaN, infinite, or of a wrong length or type) "
+              "were left out of the export; the cache encodes them again when they are next used.",
+              file=sys.stderr, flush=True)
     return 0
 
 

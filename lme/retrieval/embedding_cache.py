@@ -429,6 +429,7 @@ class ExportSummary:
     models: tuple[ModelVectors, ...]
     digest: str  # SHA-256 over every (key, model, dim, vector) in key order (`vectors_digest`)
     bytes: int
+    damaged: int = 0  # rows of the cache left out: a vector NaN, infinite, of a wrong length or type
 
 
 @dataclass(frozen=True, slots=True)
@@ -454,8 +455,14 @@ def vectors_digest(conn: sqlite3.Connection, schema: str = "main") -> tuple[str,
     return digest.hexdigest(), rows
 
 
+# a row whose columns have the types a vector needs (its values are checked by `_sound`)
+_TYPED = ("typeof(key) = 'text' AND typeof(model) = 'text' AND typeof(dim) = 'integer' AND dim >= 1 "
+          "AND typeof(vector) = 'blob' AND length(vector) = 4 * dim")
+
+
 def _models(conn: sqlite3.Connection, schema: str) -> tuple[ModelVectors, ...]:
-    rows = conn.execute(f"SELECT model, dim, COUNT(*) FROM {schema}.embeddings GROUP BY model, dim ORDER BY model, dim")
+    rows = conn.execute(f"SELECT model, dim, COUNT(*) FROM {schema}.embeddings WHERE {_TYPED} "
+                        "GROUP BY model, dim ORDER BY model, dim")
     return tuple(ModelVectors(str(model), int(dim), int(count)) for model, dim, count in rows)
 
 
@@ -493,10 +500,16 @@ def export_embeddings(cache_path: str | Path, out_path: str | Path, model: str |
         with attached(conn, cache_path, "source"):
             if not _has_embeddings(conn, "source"):
                 raise LmeError(f"cache export: {cache_path}: not an lme embedding cache (no embeddings table).")
-            where, args = ("WHERE model = ?", (model,)) if model is not None else ("", ())
-            with immediate(conn):
+            where, args = ("AND model = ?", (model,)) if model is not None else ("", ())
+            with immediate(conn):  # damaged rows left out (the cache encodes them again when next used)
                 conn.execute(f"INSERT INTO main.embeddings ({_NAMES}) "
-                             f"SELECT {_NAMES} FROM source.embeddings {where} ORDER BY key", args)
+                             f"SELECT {_NAMES} FROM source.embeddings WHERE {_TYPED} {where} ORDER BY key", args)
+                unsound = [key for key, dim, blob in conn.execute("SELECT key, dim, vector FROM main.embeddings")
+                           if _sound(dim, blob) is None]  # NaN or infinite values
+                conn.executemany("DELETE FROM main.embeddings WHERE key = ?", [(key,) for key in unsound])
+            selected = conn.execute(
+                "SELECT COUNT(*) FROM source.embeddings" + (" WHERE model = ?" if model is not None else ""),
+                args).fetchone()[0]
             available = _models(conn, "source")
         models = _models(conn, "main")
         if model is not None and not models:
@@ -518,7 +531,7 @@ def export_embeddings(cache_path: str | Path, out_path: str | Path, model: str |
         raise
     conn.close()
     os.replace(partial, out_path)
-    return ExportSummary(out_path, count, models, digest, out_path.stat().st_size)
+    return ExportSummary(out_path, count, models, digest, out_path.stat().st_size, int(selected) - count)
 
 
 def _read_manifest(conn: sqlite3.Connection, path: Path) -> dict[str, str]:
