@@ -53,7 +53,7 @@ from lme.hashing import sha256_json, sha256_text
 from lme.helper import HelperError, answer, helper, read_frame, yield_cpu
 from lme.judge import Judge, build_judge_prompt
 from lme.run import Outcome, QuestionRecord
-from lme.sqlite import StoreKind, immediate, open_store
+from lme.sqlite import StoreError, StoreKind, immediate, open_store
 from lme.provenance import code_tags
 from lme.secrets import clean, cleaned_stream
 from lme.tracking import TrackingSettings, client_for, experiment_id, import_store_modules, serve_run
@@ -87,7 +87,7 @@ class TextRegistry:
     def __init__(self, path: Path, store: str) -> None:
         self.store = store
         # opened by lme.sqlite.open_store: created whole; a damaged, locked, full, ... file is one sentence
-        # (StoreError), which ends tracing for the job (said once on stderr), never the job
+        # (StoreError), after which the job's traces go on without it (each text stored in full), said on stderr
         self.db = open_store(path, TEXT_REGISTRY, synchronous="NORMAL")  # a lost row only means a text stored twice
 
     def holder(self, sha: str) -> str | None:
@@ -309,9 +309,20 @@ class _Store:
             self.store = client._tracking_client.store  # the store's own start_trace/log_spans (MLflow 3)
             if setup.registry is not None:
                 created = client.get_experiment(setup.experiment).creation_time
-                self.registry = TextRegistry(setup.registry, f"{setup.settings.uri}#{setup.experiment}@{created}")
+                try:
+                    self.registry = TextRegistry(setup.registry,
+                                                 f"{setup.settings.uri}#{setup.experiment}@{created}")
+                except StoreError as exc:
+                    self._without_registry(exc)
         except Exception as exc:  # noqa: BLE001 - a trace is a record of the run, never a reason to stop it
             self._give_up(exc)
+
+    def _without_registry(self, exc: StoreError) -> None:
+        """A faulty `traces.sqlite` (damaged, a directory, locked, a full disk): the traces go on without it,
+        each text stored in full (the registry only saves room), and the file is left as it is."""
+        self.registry = None
+        print(f"lme: warning: {exc} Until then traces are written without it: each memory text is stored in "
+              "full in its trace, nothing is lost.", file=sys.stderr, flush=True)
 
     def _give_up(self, exc: Exception) -> None:
         self.failed = f"{type(exc).__name__}: {first_line(exc)}"  # the job says so when it closes its writer
@@ -336,7 +347,12 @@ class _Store:
             self.store.log_spans(self.setup.experiment,
                                  [Span.from_dict(span) for _, trace in built for span in trace.spans])
             if self.registry is not None and held:
-                self.registry.record(held)
+                try:
+                    self.registry.record(held)
+                except StoreError as exc:  # the batch's traces are stored whole: only the sharing is lost
+                    registry, self.registry = self.registry, None
+                    registry.close()
+                    self._without_registry(exc)
             self.written += len(batch)
         except Exception as exc:  # noqa: BLE001
             self._give_up(exc)
@@ -348,7 +364,15 @@ class _Store:
     def _holder(self, sha: str, held: Mapping[str, str]) -> str | None:
         if sha in held:
             return held[sha]
-        return self.registry.holder(sha) if self.registry is not None else None
+        if self.registry is None:
+            return None
+        try:
+            return self.registry.holder(sha)
+        except StoreError as exc:
+            registry, self.registry = self.registry, None
+            registry.close()
+            self._without_registry(exc)
+            return None
 
     def _build(self, item: TraceInput, held: dict[str, str]):
         from mlflow.entities import AssessmentSource, Feedback, TraceInfo, TraceLocation, TraceState
