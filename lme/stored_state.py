@@ -237,14 +237,30 @@ _JOURNAL = Contract(
     non_utf8_path="refuse: one sentence naming the path as it can be printed",
 )
 
+# A job's outputs written when it ends (lme.job, through lme.files: whole or not at all): a failure stops the job
+# as a file it keeps does (lme.resume.store_stop_message): `lme: stopped: <the file's sentence>`, what the journal
+# keeps and the resume command, exit 2.
+_JOB_OUTPUT = replace(
+    _WRITTEN_ONLY,
+    unreadable="n/a: only written (a directory in its place: refuse, `lme: stopped:` naming it, the journal kept "
+               "and the resume command)",
+    read_only="refuse: `lme: stopped:` naming the file, the journal kept and the resume command",
+    full_disk="refuse: `lme: stopped:` naming the file, the journal kept and the resume command; the earlier file "
+              "is kept (written whole or not at all)",
+)
+
 _HYDRA_FILES = Contract(
     missing="ignored: lme cost names the job by its folder; a resumed run writes them again",
     unreadable="refuse: one sentence naming the file (lme cost)",
-    corrupt="refuse: one sentence naming the file (lme cost; a resumed run writes it again)",
-    wrong_shape="refuse: one sentence naming the file and the key (lme cost); aliases and deep nesting refused",
+    corrupt="refuse: one sentence naming the file (lme cost; a resumed run writes it again): not YAML, or empty, "
+            "ending mid-line or without a key Hydra writes for every lme job (a write cut short: its values "
+            "cannot be trusted)",
+    wrong_shape="refuse: one sentence naming the file and the key (lme cost); aliases and deep nesting refused; "
+                "overrides that are not Hydra's syntax or not those hydra.yaml records",
     locked="n/a",
     read_only="refuse: one sentence naming the file (a resumed run rewrites it)",
-    full_disk="refuse: one sentence (Hydra writes them before the job starts)",
+    full_disk="refuse: one sentence naming the file, what the journal keeps and the resume command (exit 2, before "
+              "the job starts); lme.hydra_run writes them whole or not at all, so an earlier run's are kept",
     non_utf8_path="refuse: one sentence naming the path as it can be printed",
 )
 
@@ -486,16 +502,19 @@ STORED: tuple[StoredFile, ...] = (
         literals=("outcomes.jsonl", "{}/outcomes.jsonl")),
     StoredFile(
         key="outcomes.csv", pattern="outcomes.csv", base="job_dir", moved_by=("hydra.run.dir", "hydra.sweep.dir"),
-        owner="lme.job", format="csv", readers=(), writers=("run", "resume", "multirun"), contract=_WRITTEN_ONLY,
+        owner="lme.job", format="csv", readers=(), writers=("run", "resume", "multirun"), contract=_JOB_OUTPUT,
         what="the journal as a table, written when the job ends"),
     StoredFile(
         key="metrics.json", pattern="metrics.json", base="job_dir", moved_by=("hydra.run.dir", "hydra.sweep.dir"),
-        owner="lme.job", format="json", readers=(), writers=("run", "resume", "multirun"), contract=_WRITTEN_ONLY,
+        owner="lme.job", format="json", readers=(), writers=("run", "resume", "multirun"), contract=_JOB_OUTPUT,
         what="the job's metrics, written when the job ends", literals=("metrics.json",)),
     StoredFile(
         key="hydra_run.log", pattern="hydra_run.log", base="job_dir", moved_by=("hydra.run.dir", "hydra.job_logging"),
         owner="hydra (lme.hydra_run)", format="log", readers=(), writers=("run", "resume", "multirun"),
-        contract=_WRITTEN_ONLY, what="Hydra's log of the job (appended)"),
+        contract=replace(_WRITTEN_ONLY, full_disk="accepted: a line that cannot be appended is said once, in one "
+                                                  "sentence naming the file; the job goes on (lme reads nothing "
+                                                  "from the log; the journal keeps what was computed)"),
+        what="Hydra's log of the job (appended)"),
     StoredFile(
         key=".hydra/config.yaml", pattern=".hydra/config.yaml", base="job_dir",
         moved_by=("hydra.run.dir", "hydra.output_subdir"), owner="hydra; read by lme.cli.cost", format="yaml",
