@@ -529,7 +529,7 @@ def main(argv: Sequence[str]) -> int:
         if overrides:
             raise
         here = None
-    if here is not None and here.is_file() and _resolved(here) not in [_resolved(p) for p in ledgers]:
+    if here is not None and os.path.lexists(here) and _resolved(here) not in [_resolved(p) for p in ledgers]:
         ledgers.append(here)
     spend = study_spend(folders, ledgers, args.study, compose)
     if not spend.designs and spend.other is None:
