@@ -20,12 +20,9 @@ named in the report's notes.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from lme.errors import LmeError
@@ -398,18 +395,18 @@ def list_runs(settings: TrackingSettings) -> list[RunInfo]:
 
 
 def read_artifact_text(settings: TrackingSettings, run_id: str, artifact_path: str) -> str | None:
-    """A run's text artifact, or None when it logged none."""
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    import mlflow
+    """A run's text artifact, or None when it logged none (an older lme); `LmeError` (one sentence naming the run
+    and the artifact) when it is there but cannot be read or is not UTF-8 text."""
+    from lme.tracking import artifact_place, read_artifact_bytes
 
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            local = mlflow.artifacts.download_artifacts(
-                run_id=run_id, artifact_path=artifact_path, dst_path=tmp, tracking_uri=settings.uri
-            )
-        except Exception:  # noqa: BLE001 - not logged (an older lme), or not readable: the caller decides
-            return None
-        return Path(local).read_text(encoding="utf-8")
+    data = read_artifact_bytes(settings, run_id, artifact_path)
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise LmeError(f"{artifact_place(settings, run_id, artifact_path)}: the {artifact_path} artifact of MLflow run "
+                       f"{run_id} is not UTF-8 text (byte {exc.start}); restore it or rerun the job.") from None
 
 
 QUESTION_IDS_ARTIFACT = "question_ids.txt"
@@ -447,10 +444,11 @@ def load_sources(settings: TrackingSettings, selectors: Sequence[str]) -> Source
 
     rows_of: dict[str, list[dict[str, Any]] | None] = {}
 
-    def rows(run_id: str) -> list[dict[str, Any]] | None:
-        if run_id not in rows_of:
-            rows_of[run_id] = read_outcome_rows(settings, run_id)
-        return rows_of[run_id]
+    def rows(job: RunInfo) -> list[dict[str, Any]] | None:
+        if job.run_id not in rows_of:  # a finished job's outcomes, whole, or one sentence naming the run
+            rows_of[job.run_id] = read_outcome_rows(settings, job.run_id, job=job.name,
+                                                    n_questions=job.params.get("n_questions"))
+        return rows_of[job.run_id]
 
     def questions(job: RunInfo) -> Questions:
         text = read_artifact_text(settings, job.run_id, QUESTION_IDS_ARTIFACT)
@@ -464,7 +462,7 @@ def load_sources(settings: TrackingSettings, selectors: Sequence[str]) -> Source
     for label, selection in zip(labels_for(chosen.selections), chosen.selections):
         jobs, notes = [], list(selection.notes)
         for job in selection.jobs:
-            job_rows = rows(job.run_id)
+            job_rows = rows(job)
             if job_rows is None:
                 notes.append(f"job {job.name} ({job.run_id}) logged no outcomes.jsonl, left out")
                 continue

@@ -216,12 +216,14 @@ _LIBRARY = Contract(
 _MLFLOW_STORE = Contract(
     missing="created: an empty store from lme's template (lme.store_template), atomically",
     unreadable="refuse: one sentence naming the store and the tracking.uri",
-    corrupt="refuse: one sentence naming the store; tracking.enabled=false runs without it",
+    corrupt="refuse: one sentence naming the store; tracking.enabled=false runs without it (a store shorter than "
+            "its header's page count says, cut at any byte, included: SQLite would read the missing pages as zeros)",
     wrong_shape="refuse: one sentence naming the store (not an MLflow store, or another MLflow's schema)",
     locked="refuse: one sentence naming the store, after the busy timeout",
     read_only="refuse: one sentence naming the store, before any question is run",
     full_disk="refuse: one sentence; a half-made store is never left behind (issue 36 item 5)",
     non_utf8_path="refuse: one sentence naming the path as it can be printed",
+    faults=(_WAL_DEBRIS,),
 )
 
 _JOURNAL = Contract(
@@ -549,10 +551,13 @@ STORED: tuple[StoredFile, ...] = (
         readers=("report", "export", "import-eval", "multirun"),
         writers=("run", "resume", "multirun", "retrieval", "report"),
         contract=Contract(
-            missing="created: by MLflow; report and export refuse a run whose artifact is gone, naming the run",
-            unreadable="refuse: one sentence naming the run and the artifact",
-            corrupt="refuse: one sentence naming the run and the artifact",
-            wrong_shape="refuse: one sentence naming the run and the artifact",
+            missing="created: by MLflow; report and export refuse a finished job whose outcomes.jsonl is gone, "
+                    "naming the run and where the artifact lies",
+            unreadable="refuse: one sentence naming the run and where the artifact lies (a directory in its place, an "
+                       "I/O error)",
+            corrupt="refuse: one sentence naming the run and the artifact; a finished job's outcomes.jsonl holding "
+                    "fewer questions than its n_questions param (emptied, cut short at a line) is refused too",
+            wrong_shape="refuse: one sentence naming the run, the artifact and the line",
             locked="n/a", read_only="refuse: one sentence naming the folder",
             full_disk="refuse: one sentence; the job's journal keeps what was computed",
             non_utf8_path=_SQLITE_STORE.non_utf8_path),

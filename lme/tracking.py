@@ -204,12 +204,17 @@ def _check_store_file(path: Path, uri: str, create: bool) -> None:
                        f"first (python -m lme), or name another store with tracking.uri=sqlite:///PATH.")
     try:
         with open(path, "rb") as handle:
-            head = handle.read(len(SQLITE_HEADER))
+            head = handle.read(100)
     except OSError as exc:
         raise store_error(path, _store_kind(), exc, "open") from None
-    if head != SQLITE_HEADER:
+    if head[:len(SQLITE_HEADER)] != SQLITE_HEADER or len(head) < 100:
         raise LmeError(f"{path}: not an {MLFLOW_STORE} (not an SQLite file: damaged, zeroed or another kind of "
                        f"file); {_MOVE_AWAY}.")
+    whole = _whole_size(path, head)
+    if whole is not None and info.st_size < whole:  # SQLite reads a missing page's bytes as zeros, silently
+        raise LmeError(f"{path}: the {MLFLOW_STORE} is cut short ({info.st_size:,} of its {whole:,} bytes: damaged by "
+                       f"a copy or a full disk), so runs or their data may be lost; restore it from a backup (or save "
+                       f"what it holds with `sqlite3 {path} .recover`), then {_MOVE_AWAY}.")
     try:
         conn = sqlite3.connect(path.absolute().as_uri() + "?mode=ro", uri=True, timeout=busy_timeout_s())
         try:
@@ -225,6 +230,18 @@ def _check_store_file(path: Path, uri: str, create: bool) -> None:
         what = (f"it lacks MLflow's table(s) {', '.join(missing)}" if missing
                 else f"its alembic_version table holds {revisions} schema revisions, not one")
         raise LmeError(f"{path}: an SQLite file but not a whole {MLFLOW_STORE} ({what}); {_MOVE_AWAY}.")
+
+
+def _whole_size(path: Path, head: bytes) -> int | None:
+    """The size in bytes an SQLite file's 100-byte header says it has (its page count times its page size), when
+    the header's count is valid (SQLite >= 3.7 keeps it) and no -journal or -wal file beside it may change it (a
+    rolled-back or checkpointed transaction); else None."""
+    page_size = int.from_bytes(head[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(head[28:32], "big")
+    if head[92:96] != head[24:28] or not pages or any(os.path.exists(f"{path}{tail}") for tail in ("-journal", "-wal")):
+        return None
+    return pages * page_size
 
 
 def _did_you_mean(path: Path) -> str:
@@ -965,23 +982,92 @@ def repair_orphans(settings: TrackingSettings, experiment_ids: list[str] | None 
     return repaired
 
 
-def read_outcome_rows(settings: TrackingSettings, run_id: str) -> list[dict[str, Any]] | None:
-    """The per-question outcomes a job logged (journal rows, `format` key included), or None when it logged
-    none; `LmeError` when a row is of a format this lme cannot read (`lme.run.READABLE_JOURNAL_FORMATS`)."""
-    from lme.run import journal_format
+def artifact_place(settings: TrackingSettings, run_id: str, artifact_path: str) -> str:
+    """Where a run's artifact lies, for a message: its local path for a file store, else its URI (best effort)."""
+    try:
+        uri = client_for(settings, create=False).get_run(run_id).info.artifact_uri or ""
+    except Exception:  # noqa: BLE001 - only for a message
+        return f"{artifact_path} of MLflow run {run_id}"
+    if uri.startswith("file:"):
+        from urllib.parse import unquote, urlparse
 
+        uri = unquote(urlparse(uri).path)
+    elif "://" not in uri and uri:
+        uri = str(Path(uri))
+    return f"{uri.rstrip('/')}/{artifact_path}"
+
+
+def read_artifact_bytes(settings: TrackingSettings, run_id: str, artifact_path: str,
+                        limit: int = 2**31) -> bytes | None:
+    """A run's artifact file, or None when the run has no artifact at `artifact_path`; `LmeError` (one sentence
+    naming the run and where the artifact lies) when one is there but cannot be read: a directory in its place, an
+    I/O error, an artifact store that cannot be listed."""
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     import mlflow
 
+    def refuse(why: str) -> LmeError:
+        place = artifact_place(settings, run_id, artifact_path)
+        kept = " (the job's folder keeps its journal, outcomes.jsonl)" if artifact_path == OUTCOMES_ARTIFACT else ""
+        return LmeError(f"{place}: the {artifact_path} artifact of MLflow run {run_id} {why}; restore it{kept} or "
+                        "rerun the job.")
+
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            local = mlflow.artifacts.download_artifacts(
-                run_id=run_id, artifact_path=OUTCOMES_ARTIFACT, dst_path=tmp, tracking_uri=settings.uri
-            )
-        except Exception:
+            local = Path(mlflow.artifacts.download_artifacts(
+                run_id=run_id, artifact_path=artifact_path, dst_path=tmp, tracking_uri=settings.uri))
+        except Exception as exc:  # noqa: BLE001 - absent (None), or there and unreadable (one sentence)
+            failure = exc
+        else:
+            if local.is_dir():
+                raise refuse("is a directory, not a file") from None
+            try:
+                with open(local, "rb") as handle:
+                    data = handle.read(limit + 1)
+            except OSError as exc:
+                raise refuse(f"cannot be read ({exc.strerror or type(exc).__name__})") from None
+            if len(data) > limit:
+                raise refuse(f"is larger than {limit} bytes, more than lme ever logs") from None
+            return data
+    try:  # the download failed: was it ever there?
+        folder, _, name = artifact_path.rpartition("/")
+        listed = client_for(settings, create=False).list_artifacts(run_id, folder or None)
+    except Exception as exc:  # noqa: BLE001
+        from lme.errors import first_line
+
+        raise refuse(f"cannot be read: the run's artifacts cannot be listed ({first_line(exc)[:200]})") from None
+    if not any(entry.path.rpartition("/")[2] == name for entry in listed):
+        return None
+    from lme.errors import first_line
+
+    reason = first_line(failure)[:200]
+    place = artifact_place(settings, run_id, artifact_path)
+    if Path(place).is_absolute():  # a local artifact store: the system's reason (MLflow's message has none)
+        try:
+            with open(place, "rb") as handle:
+                handle.read(1)
+        except OSError as exc:
+            reason = exc.strerror or type(exc).__name__
+    raise refuse(f"cannot be read ({reason})") from None
+
+
+def read_outcome_rows(settings: TrackingSettings, run_id: str, *, job: str | None = None,
+                      n_questions: Any = None) -> list[dict[str, Any]] | None:
+    """The per-question outcomes a job logged (journal rows, `format` key included), or None when it logged
+    none; `LmeError` when the artifact cannot be read, or a row is not one lme wrote or of a format this lme cannot
+    read (`lme.run.READABLE_JOURNAL_FORMATS`). With `job` (the run's name: a job that logged its outcomes, as every
+    finished job does), a missing artifact, or one holding fewer questions than the job's `n_questions` (emptied
+    or cut short), is `LmeError` too: a report never counts a job from part of its answers."""
+    from lme.run import journal_format
+
+    data = read_artifact_bytes(settings, run_id, OUTCOMES_ARTIFACT)
+    named = f"MLflow run {job} ({run_id})" if job else f"MLflow run {run_id}"
+    if data is None:
+        if job is None:
             return None
-        data = Path(local).read_bytes()
-    where = f"the {OUTCOMES_ARTIFACT} of MLflow run {run_id}"
+        place = artifact_place(settings, run_id, OUTCOMES_ARTIFACT)
+        raise LmeError(f"{place}: {named} finished but its {OUTCOMES_ARTIFACT} artifact is missing; copy the job's "
+                       f"journal ({OUTCOMES_ARTIFACT} in the job's folder) there, or rerun the job.")
+    where = f"the {OUTCOMES_ARTIFACT} of {named}"
     try:
         lines = data.decode("utf-8").splitlines()
     except UnicodeDecodeError as exc:
@@ -1000,6 +1086,16 @@ def read_outcome_rows(settings: TrackingSettings, run_id: str) -> list[dict[str,
         rows.append(row)
     for row in rows:
         journal_format(row.get("format", 1), where)
+    try:
+        expected = int(n_questions) if n_questions is not None else None
+    except (TypeError, ValueError):
+        expected = None
+    held = len({row["question_id"] for row in rows})
+    if job is not None and expected is not None and held < expected:
+        place = artifact_place(settings, run_id, OUTCOMES_ARTIFACT)
+        raise LmeError(f"{place}: the {OUTCOMES_ARTIFACT} artifact of {named} holds {held} of the job's {expected} "
+                       f"questions (emptied or cut short); copy the job's journal ({OUTCOMES_ARTIFACT} in the job's "
+                       "folder) there, or rerun the job.")
     return rows
 
 

@@ -94,6 +94,7 @@ FAULTS = {
     "random bytes": (lambda db: db.write_bytes(os.urandom(4096)), "not an SQLite file"),
     "zeroed": (lambda db: db.write_bytes(b"\0" * db.stat().st_size), "not an SQLite file"),
     "truncated": (lambda db: db.write_bytes(db.read_bytes()[:40_000]), "damaged"),
+    "cut by 7 bytes": (lambda db: db.write_bytes(db.read_bytes()[:-7]), "cut short"),  # SQLite reads it, zero-filled
     "tables missing": (_drop_runs, "lacks MLflow's table(s) runs"),
     "unknown schema revision": (_unknown_revision, "schema revision from_the_future"),
     "directory in its place": (lambda db: (db.unlink(), db.mkdir()), "directory"),

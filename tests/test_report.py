@@ -461,8 +461,8 @@ def test_a_broken_outcomes_artifact_is_one_sentence_naming_the_run_and_line(tmp_
         code, out, err = lme(["report", "--resamples", "200", *overrides], capsys)
         lines = [text for text in err.splitlines() if text.startswith("lme")]  # MLflow's own lines creating the store
         assert code == 2 and "Traceback" not in err and len(lines) == 1, err
-        assert lines[0].startswith(f"lme: error: the outcomes.jsonl of MLflow run {jobs[0]}, line 2: not an outcome "
-                                   "row lme wrote")
+        assert lines[0].startswith(f"lme: error: the outcomes.jsonl of MLflow run plain-seed1 ({jobs[0]}), line 2: "
+                                   "not an outcome row lme wrote")
 
 
 def test_report_command_skips_runs_on_other_questions_and_accepts_a_run_id_prefix(tmp_path_factory, capsys):

@@ -59,9 +59,12 @@ def job_rows(settings, name: str) -> tuple[Any, list[dict[str, Any]]]:
     from lme.tracking import read_outcome_rows
 
     run = find_job(settings, name)
-    rows = read_outcome_rows(settings, run.run_id)
+    finished = run.status == "FINISHED"  # a finished job logged its outcomes, whole: a missing or short one is lost
+    rows = read_outcome_rows(settings, run.run_id, job=run.name if finished else None,
+                             n_questions=run.params.get("n_questions"))
     if rows is None:
-        raise LmeError(f"job run {run.name} ({run.run_id}) logged no outcomes.jsonl.")
+        raise LmeError(f"job run {run.name} ({run.run_id}) is {run.status} and logged no outcomes.jsonl; resume the "
+                       "job to finish it (its folder's outcomes.jsonl keeps the answers so far).")
     return run, rows
 
 
