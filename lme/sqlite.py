@@ -402,6 +402,9 @@ def _check_header(path: Path) -> bool:
     if head[92:96] == head[24:28] and pages and size < pages * page_size and not os.path.exists(f"{path}-wal"):
         raise sqlite3.DatabaseError(f"database disk image is malformed: truncated, {size:,} bytes of "
                                     f"{pages * page_size:,}")
+    if page_size >= 512 and size % page_size:  # SQLite writes whole pages, with or without a WAL: a cut file
+        raise sqlite3.DatabaseError(f"database disk image is malformed: truncated, {size:,} bytes is not a whole "
+                                    f"number of {page_size:,}-byte pages")
     return False
 
 

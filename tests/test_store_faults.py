@@ -442,3 +442,17 @@ def test_cache_commands_on_a_faulty_file_say_one_sentence_and_exit_2(tmp_path: P
     code, err = _cli(["cache", "import", str(bad_calls), "--cache", str(tmp_path / "vectors.sqlite")], capsys)
     assert code == 2 and "bad/calls.sqlite" in err and len(err.strip().splitlines()) == 1, err
     assert {path: _snapshot(path) for path in (bad_calls, bad_embeddings)} == before
+
+
+@pytest.mark.parametrize("name", sorted(STORES))
+def test_a_store_cut_by_a_few_bytes_is_refused_even_beside_a_wal_file(name: str, tmp_path: Path) -> None:
+    """SQLite writes whole pages: a file that is not a whole number of pages was cut, with or without a `-wal`
+    beside it (a WAL beside it made the header's page count unreliable, and the cut was read as zeros)."""
+    path = tmp_path / f"{name}.sqlite"
+    _valid(name, path)
+    path.write_bytes(path.read_bytes()[:-7])
+    Path(f"{path}-wal").write_bytes(b"")
+    before = path.read_bytes()
+    with pytest.raises(StoreError, match="not a whole number of") as caught:
+        STORES[name](path)
+    assert str(path) in str(caught.value) and path.read_bytes() == before
