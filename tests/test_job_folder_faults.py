@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -331,7 +332,12 @@ def test_an_outcome_written_then_read_back_is_equal(item):
     line = item.to_json()
     assert "\n" not in line
     line.encode("utf-8")  # the journal is UTF-8: every line encodes (lone surrogates are escaped)
-    assert parse_journal_line(line, "outcomes.jsonl, line 1") == item
+    parsed = parse_journal_line(line, "outcomes.jsonl, line 1")
+    # a high then a low lone surrogate, escaped one after the other, read back as the one character JSON makes of
+    # them (the text an HTTP reply's JSON gives lme already); anything else reads back equal
+    if not re.search(r"\\ud[89ab][0-9a-f]{2}\\ud[c-f][0-9a-f]{2}", line, re.IGNORECASE):
+        assert parsed == item
+    assert parse_journal_line(parsed.to_json(), "outcomes.jsonl, line 1") == parsed
 
 
 @FAST
