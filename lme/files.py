@@ -23,6 +23,26 @@ def cannot_write(path: str | Path, error: OSError) -> LmeError:
                     "command again.")
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it (Linux: /proc/self/status); 0o022 when unknown."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
+
+
+def _mode_for(path: Path) -> int:
+    """The permissions the file keeps (an existing one's) or gets (a new file's, as `open` would give it)."""
+    try:
+        return path.stat().st_mode & 0o777
+    except OSError:
+        return 0o666 & ~_umask()
+
+
 def write_text_atomic(path: str | Path, text: str) -> None:
     """`text` (UTF-8) at `path`, whole or not at all; the parent folder is created when missing."""
     write_bytes_atomic(path, text.encode("utf-8"))
@@ -37,6 +57,7 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> None:
         if path.is_dir():
             raise LmeError(f"{path}: a directory where lme would write a file; move it away or pick another place.")
         handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+        os.fchmod(handle, _mode_for(path))  # mkstemp's 0600 would hide an output others read
         with os.fdopen(handle, "wb") as out:
             out.write(data)
             out.flush()

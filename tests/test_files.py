@@ -51,3 +51,18 @@ def test_a_directory_in_the_files_place_is_named(tmp_path: Path) -> None:
     with pytest.raises(LmeError, match="a directory where lme would write a file"):
         write_text_atomic(target, "text")
     assert target.is_dir() and not any(target.iterdir())
+
+
+def test_a_new_file_gets_the_permissions_open_would_give_and_a_replaced_one_keeps_its_own(tmp_path: Path) -> None:
+    import os
+
+    old = os.umask(0o027)
+    try:
+        write_text_atomic(tmp_path / "new.md", "x")
+        (tmp_path / "kept.md").write_text("x")
+        (tmp_path / "kept.md").chmod(0o604)
+        write_text_atomic(tmp_path / "kept.md", "y")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "new.md").stat().st_mode & 0o777 == 0o640
+    assert (tmp_path / "kept.md").stat().st_mode & 0o777 == 0o604
