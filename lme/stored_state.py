@@ -221,7 +221,8 @@ _MLFLOW_STORE = Contract(
     wrong_shape="refuse: one sentence naming the store (not an MLflow store, or another MLflow's schema)",
     locked="refuse: one sentence naming the store, after the busy timeout",
     read_only="refuse: one sentence naming the store, before any question is run",
-    full_disk="refuse: one sentence; a half-made store is never left behind (issue 36 item 5)",
+    full_disk="refuse: one sentence; a half-made store is never left behind (issue 36 item 5); a job whose write "
+              "fails stops with the store's (or the artifact's) sentence, its journal kept, and the resume command",
     non_utf8_path="refuse: one sentence naming the path as it can be printed",
     faults=(_WAL_DEBRIS,),
 )

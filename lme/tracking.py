@@ -107,6 +107,10 @@ def _import_mlflow(sqlite_store: bool = False):
 
         if sqlite_store:
             import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+    import logging
+
+    # MLflow logs a SQL error's traceback before it raises it (mlflow.store.db.utils); lme says it in one sentence
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
     return MlflowClient
 
 
@@ -759,7 +763,17 @@ class RemoteRun:
         self._helper.send(("later", ("method", self.run_id, "register_instructions", (design, dict(texts)))))
 
     def finish(self, status: str = "FINISHED", failure: str | None = None) -> None:
-        self._method("finish", status, failure)
+        """End the run. A job that is stopping (`failure` given: a full disk, a cap) goes on to say why and how to
+        resume when the store cannot record its end: one warning line (`lme runs repair` marks the run later)."""
+        try:
+            self._method("finish", status, failure)
+        except LmeError as exc:
+            if failure is None:
+                raise
+            import sys
+
+            print(f"lme: warning: MLflow run {self.run_id} could not be marked {status} ({exc}); `python -m lme runs "
+                  "repair` marks it KILLED once the store is fixed.", file=sys.stderr, flush=True)
 
 
 def open_run(settings: TrackingSettings, run_name: str, tags: Mapping[str, str],
@@ -780,7 +794,56 @@ _RUN_METHODS = frozenset({"log_params", "log_metrics", "log_artifact", "log_text
 
 
 def serve_run(runs: dict[str, JobRun], request: tuple[Any, ...]) -> Any:
-    """The helper's side of `RemoteRun` and `study_call`: carry out `request` on the runs it holds (`runs`, by id)."""
+    """The helper's side of `RemoteRun` and `study_call`: carry out `request` on the runs it holds (`runs`, by id).
+    A fault of the store or of an artifact's file (a full disk, a store moved or damaged) is `LmeError`, one
+    sentence naming the file (`run_failure`)."""
+    try:
+        return _serve_run(runs, request)
+    except (LmeError, ValueError, KeyError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - MLflow's, SQLAlchemy's, SQLite's, the system's: one sentence
+        settings, artifact = None, None
+        if request[0] == "open" or (request[0] == "function" and request[2]):
+            settings = request[1] if request[0] == "open" else request[2][0]
+        elif request[0] == "method" and request[1] in runs:
+            settings = runs[request[1]].settings
+            artifact = _artifact_written(request[1], request[2], request[3])
+        if not isinstance(settings, TrackingSettings):
+            raise
+        raise run_failure(settings, exc, artifact) from None
+
+
+def _artifact_written(run_id: str, method: str, args: Sequence[Any]) -> tuple[str, str] | None:
+    """(run id, artifact path) of the artifact a run's method writes, if it writes one."""
+    if method == "log_artifact" and args:
+        folder = args[1] if len(args) > 1 and args[1] else ""
+        return run_id, f"{folder}/{Path(args[0]).name}".lstrip("/")
+    if method in ("log_text", "log_table") and len(args) > 1:
+        return run_id, str(args[1])
+    return None
+
+
+def run_failure(settings: TrackingSettings, exc: BaseException, artifact: tuple[str, str] | None = None) -> LmeError:
+    """The one sentence for `exc`, raised while writing a run to the store `settings.uri`: a file of the run's
+    artifacts that could not be written (an `OSError` naming it, or `artifact`: the run id and artifact path being
+    written), else the store's sentence (`store_failure`)."""
+    from lme.errors import first_line
+
+    cause = _low_level_cause(exc)
+    if isinstance(cause, OSError) and (cause.filename or artifact):
+        import errno
+
+        name = cause.filename or artifact_place(settings, *artifact)  # type: ignore[misc]
+        detail = cause.strerror or first_line(cause)
+        if cause.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+            return LmeError(f"{name}: an MLflow artifact could not be written ({detail}: the disk is full or a file "
+                            "size limit was reached); free space and run again.")
+        return LmeError(f"{name}: an MLflow artifact could not be logged ({detail}); check this file, the artifact "
+                        "folder (tracking.artifact_location) and their permissions.")
+    return store_failure(settings, exc)
+
+
+def _serve_run(runs: dict[str, JobRun], request: tuple[Any, ...]) -> Any:
     kind = request[0]
     if kind == "open":
         settings, run_name, tags, parent_id, owner = request[1:]

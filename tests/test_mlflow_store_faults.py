@@ -276,3 +276,34 @@ def test_an_environment_path_that_is_not_utf8_is_one_sentence(tmp_path, capsys, 
     monkeypatch.setenv(name, os.fsdecode(b"/data/\xc3("))
     code, err, _ = _lme(["report"], capsys)
     assert code == 2 and _one_sentence(err).startswith(f"lme: error: the environment variable '{name}'='/data/\\xc3('")
+
+
+# --- a run's writes: a full disk while a job logs to the store or its artifacts ------------------------------
+
+
+@pytest.mark.parametrize("what", ["store", "artifact"])
+def test_a_full_disk_while_a_run_logs_is_one_sentence_naming_the_file(store, tmp_path, file_size_limit, what):
+    """The helper's side of a job's run (`serve_run`): a write that fails on a full disk is one `LmeError` sentence
+    naming the store or the artifact's file (the job then stops with lme.resume.store_stop_message)."""
+    from lme.tracking import serve_run
+
+    folder = tmp_path / "study"
+    folder.mkdir()
+    shutil.copyfile(store, folder / "mlflow.db")
+    settings = TrackingSettings(uri=f"sqlite:///{folder / 'mlflow.db'}", artifact_location=str(folder / "mlruns"))
+    runs: dict = {}
+    run_id, _ = serve_run(runs, ("open", settings, "full", {"lme.role": "job"}, None, None))
+    request = (("method", run_id, "log_params", ({f"p{i}": "x" * 400 for i in range(2000)},)) if what == "store"
+               else ("method", run_id, "log_text", ("x" * 200_000, "big.txt")))
+    before = (folder / "mlflow.db").stat().st_size
+    file_size_limit(before if what == "store" else 100_000)
+    try:
+        with pytest.raises(LmeError) as refused:
+            serve_run(runs, request)
+    finally:
+        file_size_limit(None)
+    message = str(refused.value)
+    assert "\n" not in message and ("disk is full" in message or "size limit" in message), message
+    named = str(folder / "mlflow.db") if what == "store" else "big.txt"
+    assert named in message, message
+    serve_run(runs, ("method", run_id, "finish", ("FINISHED", None)))  # the store is whole: the run still finishes
