@@ -2,28 +2,13 @@
 
 from __future__ import annotations
 
-import resource
-import signal
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from full_disk import file_size_limit
 
 from lme.errors import LmeError
 from lme.files import write_text_atomic
-
-
-@contextmanager
-def file_size_limit(limit: int):
-    """Files of this process may not grow past `limit` bytes (a full disk, as the writer sees it)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-        signal.signal(signal.SIGXFSZ, previous)
 
 
 def test_a_file_is_written_and_replaced_whole(tmp_path: Path) -> None:

@@ -5,21 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import shlex
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
-
-def _file_size_limit(limit: int):
-    def apply() -> None:
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, as on a full disk
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
-    return apply
+from full_disk import limit_child
 
 
 def test_a_full_disk_mid_job_stops_in_one_sentence_and_the_printed_command_finishes_the_job(tmp_path: Path) -> None:
@@ -27,7 +19,7 @@ def test_a_full_disk_mid_job_stops_in_one_sentence_and_the_printed_command_finis
     command = [sys.executable, "-m", "lme", "tracking.enabled=false", "limit=20", f"cache_dir={tmp_path}/cache",
                f"hydra.run.dir={tmp_path}/out"]
     stopped = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
-                             preexec_fn=_file_size_limit(200_000))
+                             preexec_fn=limit_child(200_000))
     journal = tmp_path / "out" / "outcomes.jsonl"
     lines = [line for line in stopped.stderr.splitlines() if line.startswith("lme:")]
     assert stopped.returncode == 2 and "Traceback" not in stopped.stderr, stopped.stderr[-3000:]
@@ -59,7 +51,7 @@ def test_a_full_disk_as_hydra_writes_its_files_is_one_sentence_and_keeps_the_ear
     kept = {path.name: path.read_bytes() for path in (out / ".hydra").iterdir()}
     journal = (out / "outcomes.jsonl").read_bytes()
     stopped = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
-                             preexec_fn=_file_size_limit(1000))  # smaller than any of Hydra's files
+                             preexec_fn=limit_child(1000))  # smaller than any of Hydra's files
     lines = [line for line in stopped.stderr.splitlines() if line.startswith("lme:")]
     assert stopped.returncode == 2 and "Traceback" not in stopped.stderr, stopped.stderr[-3000:]
     assert lines[0].startswith(f"lme: error: {out / '.hydra'}/") and "could not be written (File too large)" in lines[0]
@@ -69,7 +61,7 @@ def test_a_full_disk_as_hydra_writes_its_files_is_one_sentence_and_keeps_the_ear
 
     sweep = subprocess.run([sys.executable, "-m", "lme", "-m", "tracking.enabled=false", "limit=1", "seed=1,2",
                             f"cache_dir={tmp_path}/cache", f"hydra.sweep.dir={tmp_path}/sweep"], cwd=tmp_path, env=env,
-                           capture_output=True, text=True, timeout=300, preexec_fn=_file_size_limit(100))
+                           capture_output=True, text=True, timeout=300, preexec_fn=limit_child(100))
     lines = [line for line in sweep.stderr.splitlines() if line.startswith("lme:")]
     assert sweep.returncode == 2 and "Traceback" not in sweep.stderr, sweep.stderr[-3000:]
     assert lines[0].startswith("lme: error: ") and "multirun.yaml: could not be written" in lines[0], lines

@@ -8,14 +8,12 @@ from __future__ import annotations
 import copy
 import os
 import random
-import resource
-import signal
 import time
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from full_disk import file_size_limit
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -342,19 +340,6 @@ def test_no_shipped_record_field_is_taken_for_a_secret(frozen):
 
 
 # ---------------------------------------------------------------- a full disk
-
-
-@contextmanager
-def file_size_limit(limit: int):
-    """Files of this process may not grow past `limit` bytes (a full disk, as the writer sees it)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-        signal.signal(signal.SIGXFSZ, previous)
 
 
 def test_a_full_disk_leaves_no_half_record_and_keeps_the_earlier_one(frozen, tmp_path):

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-import resource
 import shutil
-import signal
 import sqlite3
 import subprocess
 from collections.abc import Callable, Iterator
@@ -19,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from full_disk import file_size_limit
 
 from lme.errors import LmeError
 from lme.models.cache import CallCache
@@ -207,23 +206,11 @@ def test_a_zero_byte_file_is_a_new_store_and_leftovers_of_a_killed_creation_are_
     assert not leftover.exists()
 
 
-@contextmanager
-def _file_size_limit(limit: int) -> Iterator[None]:
-    previous_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    previous = resource.getrlimit(resource.RLIMIT_FSIZE)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, previous[1]))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, previous)
-        signal.signal(signal.SIGXFSZ, previous_handler)
-
-
 @pytest.mark.parametrize("store", sorted(STORES))
 def test_a_full_disk_at_creation_leaves_nothing_and_during_use_keeps_what_was_committed(tmp_path: Path,
                                                                                        store: str) -> None:
     path = tmp_path / f"{store}.sqlite"
-    with _file_size_limit(1024):  # too small for the schema's pages
+    with file_size_limit(1024):  # too small for the schema's pages
         with pytest.raises(LmeError) as caught:
             STORES[store](path)
     _assert_one_sentence(caught.value, path, "full")
@@ -232,7 +219,7 @@ def test_a_full_disk_at_creation_leaves_nothing_and_during_use_keeps_what_was_co
     STORES[store](path, 5)
     committed = _rows(path)
     sizes = sum(p.stat().st_size for p in tmp_path.iterdir())
-    with _file_size_limit(sizes + 4096):
+    with file_size_limit(sizes + 4096):
         with pytest.raises(LmeError) as caught:
             STORES[store](path, 400)
     _assert_one_sentence(caught.value, path, "full")
