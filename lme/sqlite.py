@@ -384,6 +384,23 @@ def _create(path: Path, kind: StoreKind, replace_empty: bool, timeout_s: float) 
             _unlink_quietly(temp)
 
 
+def cut_short(path: str | Path, head: bytes, size: int) -> str | None:
+    """How an SQLite file of `size` bytes whose first 100 bytes are `head` was cut (None when it is whole):
+    SQLite writes whole pages, so a size that is not a whole number of pages was cut, and a file shorter than
+    its header's page count says lost its last pages, which SQLite would read as zeros. The count is used only
+    when valid (SQLite >= 3.7 keeps it) and while no `-wal` or `-journal` beside the file may change it (a
+    checkpoint writes page 1 before it extends the file; a rollback restores it)."""
+    page_size = int.from_bytes(head[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    if page_size >= 512 and size % page_size:
+        return f"{size:,} bytes is not a whole number of {page_size:,}-byte pages"
+    pages = int.from_bytes(head[28:32], "big")
+    sidecar = any(os.path.exists(f"{path}{tail}") for tail in ("-wal", "-journal"))
+    if head[92:96] == head[24:28] and pages and size < pages * page_size and not sidecar:
+        return f"{size:,} of its {pages * page_size:,} bytes"
+    return None
+
+
 def _check_header(path: Path) -> bool:
     """True when the file is empty (zero bytes: treated as absent); `sqlite3.DatabaseError` when it does not
     start as an SQLite file does (a zeroed or foreign file); OSError when it cannot be read."""
@@ -394,17 +411,9 @@ def _check_header(path: Path) -> bool:
         return True
     if head[: len(SQLITE_HEADER)] != SQLITE_HEADER or len(head) < 100:
         raise sqlite3.DatabaseError("file is not a database")
-    page_size = int.from_bytes(head[16:18], "big")
-    page_size = 65536 if page_size == 1 else page_size
-    pages = int.from_bytes(head[28:32], "big")
-    # the header's page count, when valid, against the file's size; not while a WAL file exists (another
-    # process may be checkpointing, and a checkpoint writes page 1 before it extends the file)
-    if head[92:96] == head[24:28] and pages and size < pages * page_size and not os.path.exists(f"{path}-wal"):
-        raise sqlite3.DatabaseError(f"database disk image is malformed: truncated, {size:,} bytes of "
-                                    f"{pages * page_size:,}")
-    if page_size >= 512 and size % page_size:  # SQLite writes whole pages, with or without a WAL: a cut file
-        raise sqlite3.DatabaseError(f"database disk image is malformed: truncated, {size:,} bytes is not a whole "
-                                    f"number of {page_size:,}-byte pages")
+    cut = cut_short(path, head, size)
+    if cut is not None:
+        raise sqlite3.DatabaseError(f"database disk image is malformed: truncated, {cut}")
     return False
 
 

@@ -184,7 +184,7 @@ def _check_store_file(path: Path, uri: str, create: bool) -> None:
     import sqlite3
     import stat
 
-    from lme.sqlite import SQLITE_HEADER, busy_timeout_s, store_error
+    from lme.sqlite import SQLITE_HEADER, busy_timeout_s, cut_short, store_error
 
     try:
         info = path.stat()
@@ -214,11 +214,11 @@ def _check_store_file(path: Path, uri: str, create: bool) -> None:
     if head[:len(SQLITE_HEADER)] != SQLITE_HEADER or len(head) < 100:
         raise LmeError(f"{path}: not an {MLFLOW_STORE} (not an SQLite file: damaged, zeroed or another kind of "
                        f"file); {_MOVE_AWAY}.")
-    whole = _whole_size(path, head)
-    if whole is not None and info.st_size < whole:  # SQLite reads a missing page's bytes as zeros, silently
-        raise LmeError(f"{path}: the {MLFLOW_STORE} is cut short ({info.st_size:,} of its {whole:,} bytes: damaged by "
-                       f"a copy or a full disk), so runs or their data may be lost; restore it from a backup (or save "
-                       f"what it holds with `sqlite3 {path} .recover`), then {_MOVE_AWAY}.")
+    cut = cut_short(path, head, info.st_size)
+    if cut is not None:  # SQLite reads a missing page's bytes as zeros, silently
+        raise LmeError(f"{path}: the {MLFLOW_STORE} is cut short ({cut}: damaged by a copy or a full disk), so runs "
+                       f"or their data may be lost; restore it from a backup (or save what it holds with "
+                       f"`sqlite3 {path} .recover`), then {_MOVE_AWAY}.")
     try:
         conn = sqlite3.connect(path.absolute().as_uri() + "?mode=ro", uri=True, timeout=busy_timeout_s())
         try:
@@ -234,18 +234,6 @@ def _check_store_file(path: Path, uri: str, create: bool) -> None:
         what = (f"it lacks MLflow's table(s) {', '.join(missing)}" if missing
                 else f"its alembic_version table holds {revisions} schema revisions, not one")
         raise LmeError(f"{path}: an SQLite file but not a whole {MLFLOW_STORE} ({what}); {_MOVE_AWAY}.")
-
-
-def _whole_size(path: Path, head: bytes) -> int | None:
-    """The size in bytes an SQLite file's 100-byte header says it has (its page count times its page size), when
-    the header's count is valid (SQLite >= 3.7 keeps it) and no -journal or -wal file beside it may change it (a
-    rolled-back or checkpointed transaction); else None."""
-    page_size = int.from_bytes(head[16:18], "big")
-    page_size = 65536 if page_size == 1 else page_size
-    pages = int.from_bytes(head[28:32], "big")
-    if head[92:96] != head[24:28] or not pages or any(os.path.exists(f"{path}{tail}") for tail in ("-journal", "-wal")):
-        return None
-    return pages * page_size
 
 
 def _did_you_mean(path: Path) -> str:
