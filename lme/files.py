@@ -9,6 +9,7 @@ result says in one sentence why it could not keep it, without a traceback.
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from pathlib import Path
@@ -19,8 +20,13 @@ from lme.errors import LmeError
 def cannot_write(path: str | Path, error: OSError) -> LmeError:
     """The one sentence for a write that failed: the file, the system's reason, what to do."""
     reason = error.strerror or type(error).__name__
-    return LmeError(f"{path}: could not be written ({reason}); free space or pick another place and run the "
-                    "command again.")
+    if error.errno in (errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+        advice = "a file stands where a folder is needed (or a folder where a file is); move it away or pick another place"
+    elif error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        advice = "check the folder's permissions (or that its disk is writable) or pick another place"
+    else:
+        advice = "free space or pick another place"
+    return LmeError(f"{path}: could not be written ({reason}); {advice}, and run the command again.")
 
 
 def _umask() -> int:
