@@ -74,14 +74,15 @@ def test_a_log_line_that_cannot_be_written_is_said_once_and_the_job_goes_on(tmp_
 
     handler = logging.FileHandler(tmp_path / "hydra_run.log")
     root = logging.getLogger()
-    root.addHandler(handler)
+    others = root.handlers[:]  # what earlier in-process runs of this worker left (their streams may be closed)
+    root.handlers = [handler]
     try:
         quiet_log_errors()
         handler.stream.close()  # every write now fails, as on a full disk
         for _ in range(3):
             root.warning("a line")
     finally:
-        root.removeHandler(handler)
+        root.handlers = others
     err = capsys.readouterr().err
     assert "Traceback" not in err and err.count("\n") == 1, err
     assert err.startswith(f"lme: note: {tmp_path / 'hydra_run.log'}: a log line could not be written"), err
