@@ -1,13 +1,14 @@
 """A canary over every artifact lme writes (issue 36, item 3): no secret in any file, nor in what is printed.
 
 A canary key sits in the model's key variable and a canary token in another secret variable (the environment: where
-a user legitimately puts them). One real job runs against the loopback server, whose first two replies are errors that
-quote the request's Authorization header (as some providers do): that answer is missing, the provider's error kept
-in the journal with its quote of the key removed; the same command again finishes the job whole; then `lme report`, `lme export`, `lme cost` and
-`prereg freeze` run in this process. Every byte under the temp dir (the job folder with Hydra's `.hydra/`, `mlflow.db`,
-`mlruns/` artifacts, the caches, the ledger, the report, the export, the record) and everything printed is searched
-for the canaries, raw. A config that carries a token in a URL (`api_base=...?sig=...`) is refused before anything is
-written.
+a user legitimately puts them). One real job runs against the loopback server, whose first two replies are errors
+that quote the request's Authorization header (as some providers do): that answer is missing, the provider's error
+kept in the journal with its quote of the key removed; the same command again finishes the job whole; then
+`lme report`, `lme export`, `lme cost` and `prereg freeze` run in this process, and a last job whose key the
+provider refuses with a message quoting it, as it reaches a question the cache does not hold (a systemic stop,
+exit 4). Every byte under the temp dir (the job folders with Hydra's `.hydra/`, `mlflow.db`, `mlruns/` artifacts,
+the caches, the ledger, the report, the export, the record) and everything printed is searched for the canaries,
+raw. A config that carries a token in a URL (`api_base=...?sig=...`) is refused before anything is written.
 """
 
 from __future__ import annotations
@@ -95,8 +96,19 @@ def test_no_artifact_holds_a_canary(tmp_path, capsys, monkeypatch):
     assert {"outputs", "mlflow.db", "mlruns", "cache", "hyp.jsonl"} <= written, written
     assert (tmp_path / "outputs/run/.hydra/config.yaml").exists()
 
+    echo = ("401", "Incorrect API key provided: {api_key}. You can find your API key at the dashboard.")
+    with LoopbackServer(reply="offline", faults=[echo]) as refusing:  # then the key is refused: a systemic stop at
+        # the first question not in the call cache
+        stopped = subprocess.run(
+            [*[arg.replace(base, refusing.base_url) for arg in command if not arg.startswith(("hydra.run.dir=", "limit="))],
+             "limit=6", f"hydra.run.dir={tmp_path}/outputs/refused"], cwd=tmp_path, env=env, capture_output=True, text=True,
+            timeout=300)
+    assert stopped.returncode == 4, stopped.stderr[-3000:]
+    assert "Incorrect API key provided" in stopped.stderr  # the provider's message is shown, without the key
+
     assert _leaks(tmp_path) == []
-    for text in (first.stdout, first.stderr, job.stdout, job.stderr, printed.out, printed.err):
+    for text in (first.stdout, first.stderr, job.stdout, job.stderr, stopped.stdout, stopped.stderr, printed.out,
+                 printed.err):
         assert not any(canary in text for canary in CANARIES)
 
 
