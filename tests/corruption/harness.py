@@ -645,7 +645,7 @@ class Target:
 _CACHE_FAULTS_FOR_WRITERS = ("full-disk",)
 
 TARGETS: tuple[Target, ...] = (
-    Target("calls.sqlite", "{cache}/calls.sqlite", "sqlite", ("cache merge", "resume", "run", "estimate"), "cache"),
+    Target("calls.sqlite", "{cache}/calls.sqlite", "sqlite", ("cache merge", "resume", "estimate"), "cache"),  # resume: a run
     Target("ledger.sqlite", "{cache}/ledger.sqlite", "sqlite", ("cost", "resume", "run"), "cache"),
     Target("embeddings.sqlite", "{cache}/embeddings.sqlite", "vectors", ("cache export", "embed", "retrieval"),
            "cache"),
