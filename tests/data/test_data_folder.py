@@ -134,22 +134,24 @@ def test_a_dataset_is_named_the_same_however_its_file_was_chosen(tmp_path, overr
 
 @pytest.mark.slow
 def test_runs_of_one_file_chosen_two_ways_carry_the_same_dataset_name_in_mlflow(tmp_path):
-    """`<design>-<dataset>-seed<N>`: `dataset=s` from LME_DATA_DIR and `dataset.path=` of the same `.json.xz`."""
+    """`<design>-<dataset>-seed<N>`: `dataset=s` from LME_DATA_DIR (a real run) and `dataset.path=` of the same
+    `.json.xz` (the design it composes: the params and run name a run takes from it)."""
     from mlflow.tracking import MlflowClient
+
+    from lme.tracking import job_run_name
 
     data = _write(tmp_path / "data" / "longmemeval_s_cleaned.json.xz")
     store = f"sqlite:///{tmp_path}/mlflow.db"
-    common = ["limit=2", f"tracking.uri={store}", f"cache_dir={tmp_path / 'cache'}",
-              f"tracking.artifact_location={tmp_path / 'mlruns'}"]
-    for n, chosen in enumerate((["dataset=s"], [f"dataset.path={data}"])):
-        done = _lme(*chosen, *common, f"hydra.run.dir={tmp_path / f'out{n}'}", cwd=tmp_path,
-                    env={"LME_DATA_DIR": str(tmp_path / "data")})
-        assert done.returncode == 0, done.stderr
+    done = _lme("dataset=s", "limit=2", f"tracking.uri={store}", f"cache_dir={tmp_path / 'cache'}",
+                f"tracking.artifact_location={tmp_path / 'mlruns'}", f"hydra.run.dir={tmp_path / 'out'}", cwd=tmp_path,
+                env={"LME_DATA_DIR": str(tmp_path / "data")})
+    assert done.returncode == 0, done.stderr
     client = MlflowClient(tracking_uri=store)
-    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
-    assert len(runs) == 2
-    assert {r.data.params["dataset.name"] for r in runs} == {"s"}
-    assert all(r.info.run_name.startswith("default-s-seed0") for r in runs)
+    [run] = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert run.data.params["dataset.name"] == "s" and run.info.run_name.startswith("default-s-seed0")
+    by_path = compose_design([f"dataset.path={data}", f"cache_dir={tmp_path / 'cache'}"])
+    assert by_path.params()["dataset.name"] == "s" == by_path.dataset.name
+    assert job_run_name(by_path.name, by_path.dataset.name, 0, "stamp").startswith("default-s-seed0")
 
 
 # ----------------------------------------------------------------------------------------------
