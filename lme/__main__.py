@@ -1,4 +1,4 @@
-"""`python -m lme` and the `lme` script: the command line (`lme.cli`), Hydra runs through `lme.hydra_run`."""
+"""`python -m lme` and the `lme` script: the command line (`lme.cli`), Hydra runs through `lme.study.hydra_run`."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ if __name__ == "__main__":  # Ctrl-C while Hydra and lme import: one line, not a
 def entry() -> None:
     """`python -m lme` and the `lme` script: a subcommand, or a Hydra run."""
     from lme.cli import main as cli_main
-    from lme.progress import quiet_library_bars
+    from lme.util.progress import quiet_library_bars
 
     quiet_library_bars()  # before any library is imported: only lme's own bars and lines show
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `python -m lme --help | head` ends quietly, as a command should

@@ -16,14 +16,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from lme.data.records import Question
-from lme.errors import LmeError
+from lme.util.errors import LmeError
 from lme.data.judge_templates import (  # the protocol's templates; importable from here as before
     LONGMEMEVAL_TEMPLATE_SHA256,
     TEMPLATE_KEYS,
     load_templates,
     template_key,
 )
-from lme.hashing import sha256_text  # also imported from here by callers and tests
+from lme.util.hashing import sha256_text  # also imported from here by callers and tests
 from lme.models.gateway import CallResult, Gateway, ModelSpec
 
 def build_judge_prompt(templates: Mapping[str, str], question: Question, hypothesis: str) -> str:

@@ -99,7 +99,7 @@ def child(name: str, path: Path, limit: int | None) -> dict[str, object]:
         import rank_bm25  # noqa: F401  (imported before the clock, as the builders are)
     elif name != "stream":
         from lme.cli.memory import build_components
-        from lme.design import compose_design
+        from lme.config.design import compose_design
 
         design = compose_design([*ROWS[name][1], f"dataset.path={path}"])
         _, builder = build_components(design, None)

@@ -67,7 +67,7 @@ if str(HERE) not in sys.path:
 
 from loopback_server import LoopbackServer  # noqa: E402
 
-from lme.store_template import TEMPLATES_ENV, template_path, usable  # noqa: E402  (studies share the caller's)
+from lme.tracking.store_template import TEMPLATES_ENV, template_path, usable  # noqa: E402  (studies share the caller's)
 
 STAGE = "orchestration"
 KEY_ENV = "LME_BENCH_KEY"
@@ -177,7 +177,7 @@ class StudyRun:
     profile: dict[str, float] | None = None  # category -> active seconds (py-spy), when profiled
     traces: str = "full"  # tracking.traces of the study
     store_bytes: int = 0  # the MLflow store after the study: mlflow.db and mlruns/
-    store_from_template: bool = False  # the new SQLite store was a copy of lme's empty one (lme.store_template)
+    store_from_template: bool = False  # the new SQLite store was a copy of lme's empty one (lme.tracking.store_template)
     trace_cpu_ms: float | None = None  # the trace helper's CPU per question and seed (the jobs' metric), when traced
 
     @property
@@ -333,7 +333,7 @@ def _counts_note(run: StudyRun) -> str:
 
 def _store_note(run: StudyRun) -> str:
     how = "a copy of lme's empty store" if run.store_from_template else "made by MLflow's migrations"
-    return f"MLflow, new temp SQLite store ({how}, lme.store_template)"
+    return f"MLflow, new temp SQLite store ({how}, lme.tracking.store_template)"
 
 
 def latency_rows(run: StudyRun) -> list[dict[str, Any]]:

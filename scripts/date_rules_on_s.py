@@ -21,7 +21,7 @@ from collections import Counter
 from pathlib import Path
 
 from lme.data.load import load_questions
-from lme.errors import LmeError
+from lme.util.errors import LmeError
 from lme.memory.dates import format_resolution, resolve_relative_dates
 
 DEFAULT_PATH = Path(__file__).resolve().parents[2] / "shared/data/longmemeval/longmemeval_s_cleaned.json.xz"

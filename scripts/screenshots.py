@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             from mlflow.tracking import MlflowClient
 
-            from lme.tracking import TrackingSettings, runs_view_url
+            from lme.tracking.runs import TrackingSettings, runs_view_url
 
             url = f"http://127.0.0.1:{port}"
             client = MlflowClient(url)

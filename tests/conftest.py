@@ -32,7 +32,7 @@ def _folder_of_this_process(env: str, prefix: str) -> None:
 # MiniLM's default backend is an ONNX export (conf/embedding/minilm.yaml): one export per test process, shared by
 # every test's cache (lme.retrieval.onnx_runtime.exports_root), instead of one per test's cache folder
 _folder_of_this_process("LME_ONNX_DIR", "lme-test-onnx-")
-# New MLflow SQLite stores start from an empty one (lme.store_template): the template of this test process, not
+# New MLflow SQLite stores start from an empty one (lme.tracking.store_template): the template of this test process, not
 # the user's cache
 _folder_of_this_process("LME_MLFLOW_TEMPLATES", "lme-test-mlflow-templates-")
 # Hypothesis keeps its examples and a cache of the constants it scans lme's modules for (8 s when cold) in

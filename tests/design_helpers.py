@@ -1,9 +1,9 @@
-"""Test shorthands over the composition root (`lme.design`): a composed config's instructions and questions."""
+"""Test shorthands over the composition root (`lme.config.design`): a composed config's instructions and questions."""
 
 from __future__ import annotations
 
 from lme.data.dataset import load_dataset as load_spec
-from lme.design import design_from_config
+from lme.config.design import design_from_config
 
 
 def compose_instructions(cfg):

@@ -119,15 +119,15 @@ def log_study(settings: Any, design: str, runs: list[list[dict[str, Any]]], tmp:
               data_sha256: str | None = None, dataset: str | None = None,
               judge_model: str | None = None) -> tuple[str | None, list[str]]:
     """Log a design's runs to a real MLflow store as lme does: a parent (lme.role=parent) and one
-    job per run (lme.role=job, lme.design, lme.seed, lme.judge, lme.judge_official) with its
+    job per run (lme.role=job, lme.config.design, lme.seed, lme.judge, lme.judge_official) with its
     outcomes.jsonl artifact; with `questions`, each job also logs them as `question_ids.txt`, and
     `data_sha256` / `dataset` / `judge_model` as the params `dataset.sha256` / `dataset.name` / `judge.model`,
-    as `lme.job.run_job` does. Returns (parent id, job ids)."""
+    as `lme.study.job.run_job` does. Returns (parent id, job ids)."""
     import json
     import time
     from pathlib import Path
 
-    from lme.tracking import JobRun
+    from lme.tracking.runs import JobRun
 
     parent_run = JobRun(settings, f"{design}-multirun", {"lme.role": "parent", "lme.design": design}) if parent else None
     job_ids = []
@@ -161,7 +161,7 @@ def fresh_store(tmp_path_factory: Any, name: str) -> Any:
     created once per test session (MLflow's migrations take seconds) and the file copied."""
     import shutil
 
-    from lme.tracking import TrackingSettings
+    from lme.tracking.runs import TrackingSettings
 
     template = tmp_path_factory.getbasetemp() / "mlflow-template.db"
     if not template.exists():

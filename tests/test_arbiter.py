@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from lme.arbiter import ArbiterOutcome, arbiter_step, arbitrate, disagree, earlier_answers, final_answers
+from lme.study.arbiter import ArbiterOutcome, arbiter_step, arbitrate, disagree, earlier_answers, final_answers
 from lme.answer.reader import Reader
 from lme.data.load import load_questions
 from lme.data.sample import SAMPLE_PATH
@@ -17,7 +17,7 @@ from lme.models.cache import CallCache
 from lme.models.gateway import Gateway, ModelSpec
 from lme.models.offline import JUDGE_MODEL
 from lme.retrieval.fts5 import FTS5Retriever
-from lme.run import CallStats
+from lme.answer.run import CallStats
 
 from judging import OFFLINE_TEMPLATES
 

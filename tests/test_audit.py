@@ -6,7 +6,7 @@ from datetime import datetime
 
 import pytest
 
-from lme.audit import (
+from lme.provenance.audit import (
     STOP_WORDS,
     Text,
     answer_phrases,

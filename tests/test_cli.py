@@ -10,8 +10,8 @@ import pytest
 
 import lme
 from lme.cli import compose_config, split_overrides, unknown_command
-from lme.errors import LmeError
-from lme.hydra_run import hoist_flags
+from lme.util.errors import LmeError
+from lme.study.hydra_run import hoist_flags
 
 
 def test_help_lists_the_subcommands():

@@ -16,7 +16,7 @@ import pytest
 
 from lme.cli import main
 from lme.cli.parser import ArgumentParser, make_parser
-from lme.errors import LmeError
+from lme.util.errors import LmeError
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "lme"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from lme import provenance
-from lme.tracking import JobRun, TrackingSettings
+from lme.util import code_version as provenance
+from lme.tracking.runs import JobRun, TrackingSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 HAS_GIT = shutil.which("git") is not None
@@ -65,7 +65,7 @@ def test_a_runs_tags_name_its_commit_and_package_versions(tmp_path):
 
 def test_the_tags_are_read_without_importing_the_packages():
     """`code_tags` in a fresh interpreter: none of the heavy packages it names is imported."""
-    code = ("import sys; from lme.provenance import code_tags; tags = code_tags(); "
+    code = ("import sys; from lme.util.code_version import code_tags; tags = code_tags(); "
             "heavy = [m for m in ('torch', 'litellm', 'mlflow', 'sentence_transformers', 'onnxruntime', 'hydra') "
             "if m in sys.modules]; print(heavy, 'lme.version.torch' in tags)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)

@@ -10,7 +10,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 import lme
-import lme.resolvers  # noqa: F401
+import lme.config.resolvers  # noqa: F401
 from lme.answer.reader import compose_instruction
 from lme.models.gateway import ModelSpec
 
@@ -107,7 +107,7 @@ def test_default_is_offline_on_the_bundled_sample(tmp_path):
 
 
 def test_dataset_name_resolver_gives_the_short_name_for_the_groups_own_file_else_the_stem():
-    from lme.resolvers import data_stem, dataset_name
+    from lme.config.resolvers import data_stem, dataset_name
 
     assert data_stem("/d/longmemeval_s_cleaned.json.xz") == "longmemeval_s_cleaned"
     assert data_stem("/d/foo.json.gz") == "foo" and data_stem("foo.json") == "foo" and data_stem("foo.jsonl") == "foo"

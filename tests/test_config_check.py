@@ -1,4 +1,4 @@
-"""`lme.config_check.validate_config`: every user-settable value, one whole sentence naming key, rule and value.
+"""`lme.config.check.validate_config`: every user-settable value, one whole sentence naming key, rule and value.
 
 Most cases compose the config once and set a value as Hydra would type it from the command line
 (`seed=abc` is the string 'abc', `seed=1.5` a float); a few go through Hydra's own override parser.
@@ -16,8 +16,8 @@ import pytest
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from lme.cli import CONF_DIR, compose_config
-from lme.config_check import validate_config
-from lme.errors import LmeError
+from lme.config.check import validate_config
+from lme.util.errors import LmeError
 
 DESIGNS = sorted(path.stem for path in (CONF_DIR / "design").glob("*.yaml"))
 
@@ -314,7 +314,7 @@ def test_a_key_like_value_is_never_shown(base: DictConfig) -> None:
 
 
 def test_a_component_that_refuses_its_config_says_why(base: DictConfig) -> None:
-    from lme.design import design_from_config
+    from lme.config.design import design_from_config
 
     cfg = with_values(base, memory__max_bytes=-5)
     with pytest.raises(LmeError) as caught:

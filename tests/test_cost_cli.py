@@ -151,9 +151,9 @@ def test_markdown_and_folders_named_explicitly(study, capsys, monkeypatch):
 
 
 def job_folder(root: Path, design: str, seed: int, cache_dir: Path, questions: int = 2, cached: bool = False) -> Path:
-    """A job folder as `lme.job.run_job` and Hydra leave it: `.hydra/` (config, runtime) and the journal,
-    written by `lme.run.Journal`."""
-    from lme.run import CallStats, Journal, Outcome, Step
+    """A job folder as `lme.study.job.run_job` and Hydra leave it: `.hydra/` (config, runtime) and the journal,
+    written by `lme.answer.run.Journal`."""
+    from lme.answer.run import CallStats, Journal, Outcome, Step
 
     folder = root / "multirun" / design / "2026-01-01_00-00-00" / str(seed)
     (folder / ".hydra").mkdir(parents=True)

@@ -1,4 +1,4 @@
-"""The composition root (`lme.design`): one typed, frozen `Design` per composed config, and the designs it
+"""The composition root (`lme.config.design`): one typed, frozen `Design` per composed config, and the designs it
 refuses (a step whose instruction describes another memory than the one it reads)."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import yaml
 
 from lme import CONF_DIR
 from lme.cli import compose_config
-from lme.design import Design, canonical_design, compose_design, design_from_config, plain
-from lme.errors import LmeError
-from lme.hashing import sha256_json, sha256_text
+from lme.config.design import Design, canonical_design, compose_design, design_from_config, plain
+from lme.util.errors import LmeError
+from lme.util.hashing import sha256_json, sha256_text
 
 SHIPPED = sorted(path.relative_to(CONF_DIR / "design").with_suffix("").as_posix()
                  for path in (CONF_DIR / "design").rglob("*.yaml"))  # with the study's, design/study/*.yaml
@@ -106,7 +106,7 @@ def test_a_run_of_a_mismatched_design_stops_before_anything_is_written(tmp_path)
 def test_design_from_config_reads_the_multirun_callbacks_config_with_hydras_keys():
     from hydra import compose, initialize_config_dir
 
-    import lme.resolvers  # noqa: F401
+    import lme.config.resolvers  # noqa: F401
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="config", overrides=["+design=bm25"], return_hydra_config=True)
@@ -145,7 +145,7 @@ def test_a_users_own_design_and_instruction_texts_from_another_folder(tmp_path, 
 
 
 def test_changed_values_are_what_differs_from_the_option_files_the_config_comes_from():
-    from lme.design import changed_values, config_roots, resolved
+    from lme.config.design import changed_values, config_roots, resolved
 
     cfg = compose_config(["+design=pipeline", "retriever.retrievers.semantic.model=xyz", "memory.max_bytes=1000",
                           "limit=4", "seed=3"])

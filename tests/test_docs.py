@@ -1,10 +1,12 @@
-"""docs/architecture.md and the README's Layout section match the tree: every module of `lme/` is listed in
-the architecture page's module table, every module it lists exists, and every top-level folder the README's
-layout names exists."""
+"""docs/architecture.md matches the tree: every module of `lme/` is listed in its module tables, every module it
+lists exists, every package of `lme/` is a layer of the import-linter contract in the order the page draws, and
+every top-level folder its layout names exists."""
 
 from __future__ import annotations
 
+import ast
 import re
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,18 +32,41 @@ def listed_modules(text: str) -> set[str]:
 
 def test_every_module_is_listed_and_every_listed_module_exists():
     modules = {str(path.relative_to(ROOT)) for path in (ROOT / "lme").rglob("*.py") if "__pycache__" not in path.parts}
-    modules -= {f"lme/{name}/__init__.py" for name in ("answer", "data", "memory", "models", "retrieval")}
+    # a package's __init__ says what it holds (checked below), except the dispatcher's, listed in the table
+    modules -= {str(path.relative_to(ROOT)) for path in (ROOT / "lme").glob("*/__init__.py")} - {"lme/cli/__init__.py"}
     listed = listed_modules(ARCHITECTURE.read_text(encoding="utf-8"))
     assert sorted(modules - listed) == [], "modules missing from docs/architecture.md"
     assert sorted(listed - modules) == [], "docs/architecture.md lists modules that do not exist"
 
 
-def test_the_readme_layout_names_folders_that_exist():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    layout = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
+def test_the_layout_names_folders_that_exist():
+    page = ARCHITECTURE.read_text(encoding="utf-8")
+    layout = page.split("## The top level", 1)[1].split("\n## ", 1)[0]
     block = layout.split("```", 2)[1]
     named = [line.split()[0] for line in block.splitlines() if line.strip() and not line.startswith(" ")]
     tracked = [name for name in named if not name.startswith(("mlflow.db", "mlruns", "outputs", "multirun", ".lme_cache"))]
-    assert {"conf/", "lme/", "tests/", "scripts/", "pyproject.toml"} <= set(tracked)
+    assert {"conf/", "lme/", "tests/", "scripts/", "docs/", "pyproject.toml"} <= set(tracked)
     for name in tracked:
         assert (ROOT / name.rstrip("/")).exists(), name
+
+
+def contract_layers() -> list[str]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    contracts = config["tool"]["importlinter"]["contracts"]
+    return next(c["layers"] for c in contracts if c["type"] == "layers" and "containers" not in c)
+
+
+def test_every_package_is_a_layer_drawn_in_order_and_says_what_it_holds():
+    layers = contract_layers()
+    packages = sorted(path.parent.name for path in (ROOT / "lme").glob("*/__init__.py"))
+    modules = sorted(path.stem for path in (ROOT / "lme").glob("*.py") if path.stem != "__init__")
+    # the contract is written on packages: one per layer, and the few top-level modules
+    assert sorted(name.removeprefix("lme.") for name in layers) == sorted(packages + modules)
+    assert len(layers) <= 15 and all("|" not in layer for layer in layers)
+    page = ARCHITECTURE.read_text(encoding="utf-8")
+    drawn = page.split("## Layers", 1)[1].split("```", 2)[1]
+    order = [line.split()[0] for line in drawn.splitlines() if line.startswith("lme.")]
+    assert order == layers  # the diagram is the contract's picture
+    for package in packages:
+        doc = ast.get_docstring(ast.parse((ROOT / "lme" / package / "__init__.py").read_text(encoding="utf-8")))
+        assert doc and len(doc.splitlines()) <= 12, f"lme/{package}/__init__.py says what it holds in a few lines"

@@ -1,7 +1,7 @@
 """`lme estimate`: checked against the requests a real run then sends to the loopback server.
 
 The estimate builds every memory and counts the reader's input tokens; the
-run (the same config, `lme.run.run_questions` through the gateway and litellm's
+run (the same config, `lme.answer.run.run_questions` through the gateway and litellm's
 HTTP path) sends the requests; the server records them. The first pass must
 match exactly, re-reads must fall in the printed range, and after the run the
 estimate must see the first pass as cached (free).
@@ -15,10 +15,10 @@ import pytest
 from loopback import LoopbackServer
 
 from lme.cli import compose_config
-from lme.design import design_from_config
+from lme.config.design import design_from_config
 from lme.cli.estimate import main
-from lme.compose import expand_sweeps
-from lme.estimate import estimate_design, format_estimate, stage_lines
+from lme.config.compose import expand_sweeps
+from lme.study.estimate import estimate_design, format_estimate, stage_lines
 from lme.models.pricing import count_input_tokens
 
 pytestmark = pytest.mark.usefixtures("warm_litellm", "test_key")
@@ -39,7 +39,7 @@ def run(cfg, tmp_path):
     from lme.data.dataset import load_dataset
     from lme.models.cache import CallCache
     from lme.models.gateway import Gateway
-    from lme.run import Journal, run_questions
+    from lme.answer.run import Journal, run_questions
 
     design = design_from_config(cfg)
     _, questions = load_dataset(design.dataset)
@@ -97,7 +97,7 @@ def test_offline_models_cost_nothing_and_the_command_prints_every_seed(tmp_path,
 
 
 def test_a_damaged_call_cache_is_one_sentence_naming_it_and_is_left_as_it_was(tmp_path):
-    from lme.errors import LmeError
+    from lme.util.errors import LmeError
 
     cache = tmp_path / "calls.sqlite"
     cache.write_bytes(b"SQLite format 3\x00" + bytes(range(256)) * 8)
@@ -113,14 +113,14 @@ def test_sweeps_expand_like_hydra():
 
 
 def test_unknown_arguments_are_one_sentence():
-    from lme.errors import LmeError
+    from lme.util.errors import LmeError
 
     with pytest.raises(LmeError, match="estimate: unknown argument '--fast'"):
         main(["--fast"])
 
 
 def test_format_marks_unpriced_models():
-    from lme.estimate import DesignEstimate, SeedEstimate
+    from lme.study.estimate import DesignEstimate, SeedEstimate
 
     seed = SeedEstimate(1, 2, 0, 10, 0, 0, 0, None, None, None, None, 2, None, None)
     text = format_estimate(DesignEstimate("d", "s", 2, "x/y", "j", None, None, None, (4, 6), {}, {}, (seed,)))
@@ -133,7 +133,7 @@ def test_a_cross_run_stage_is_counted_as_an_upper_bound_with_its_model_built_led
     once for all seeds; with one seed the stage does not run and is not counted."""
     from lme.answer.reader import build_reader_messages
     from lme.data.dataset import load_dataset
-    from lme.design import compose_design
+    from lme.config.design import compose_design
 
     ids = ["ba26d851", "95e38180", "900f72f7", "fe656bef", "8dff06d2", "d82c07cd"]  # four counting questions
     base = ["+design=study/13_ledger_replace", "retriever=fts5", "question_ids=[" + ",".join(f"'{i}'" for i in ids) + "]",
@@ -171,7 +171,7 @@ def test_a_cross_run_stage_is_counted_as_an_upper_bound_with_its_model_built_led
 
 
 def test_an_arbiter_showing_the_runs_answers_counts_them_at_their_longest(tmp_path):
-    from lme.design import compose_design
+    from lme.config.design import compose_design
 
     design = compose_design(["+design=study/07_arbiter", "retriever=fts5", "limit=4", f"cache_dir={tmp_path}",
                              "reader.model.model=openai/gpt-4o-mini", "++reader.model.params.max_tokens=50"])

@@ -1,4 +1,4 @@
-"""lme.files: an output file is written whole or not at all, and a refusal by the disk is one sentence."""
+"""lme.util.files: an output file is written whole or not at all, and a refusal by the disk is one sentence."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from full_disk import file_size_limit
 
-from lme.errors import LmeError
-from lme.files import write_text_atomic
+from lme.util.errors import LmeError
+from lme.util.files import write_text_atomic
 
 
 def test_a_file_is_written_and_replaced_whole(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""lme.hashing: the one home of the SHA-256 helpers, and the names other modules still export."""
+"""lme.util.hashing: the one home of the SHA-256 helpers, and the names other modules still export."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 import os
 
-from lme.hashing import file_sha256, file_sha256_known, sha256_bytes, sha256_text
+from lme.util.hashing import file_sha256, file_sha256_known, sha256_bytes, sha256_text
 
 EMPTY = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 ABC = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"  # FIPS 180-2's "abc"
@@ -64,13 +64,13 @@ def test_a_known_file_is_read_once_until_it_changes_in_any_way(tmp_path, monkeyp
 
 def test_the_old_homes_export_the_same_function():
     import lme.judge
-    import lme.prereg
+    import lme.provenance.prereg
 
-    assert lme.judge.sha256_text is lme.prereg.sha256_text is sha256_text
+    assert lme.judge.sha256_text is lme.provenance.prereg.sha256_text is sha256_text
 
 
 def test_first_line_of_an_error():
-    from lme.errors import first_line
+    from lme.util.errors import first_line
 
     assert first_line(ValueError("  bad value.\n  Traceback line\n")) == "bad value."
     assert first_line(ValueError("")) == "ValueError"

@@ -1,4 +1,4 @@
-"""lme.heap: the garbage collector paused while a file parses, long-lived data frozen once."""
+"""lme.util.heap: the garbage collector paused while a file parses, long-lived data frozen once."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lme import heap
+from lme.util import heap
 from lme.data.dataset import _LOADED, load_questions_once
 
 

@@ -1,4 +1,4 @@
-"""The helper process that holds MLflow for a study (`lme.helper`, `lme.tracking.RemoteRun`): runs it opens
+"""The helper process that holds MLflow for a study (`lme.tracking.helper`, `lme.tracking.runs.RemoteRun`): runs it opens
 and writes land in a real temporary SQLite store as a local `JobRun`'s do, owned by the study's process; a call
 MLflow refuses comes back as one sentence and leaves the helper usable; a helper that is gone is said so, and
 the next run starts another; a study's own process never imports MLflow."""
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from lme.helper import HelperError, running_helper, stop_helper
-from lme.tracking import DataInput, TrackingSettings, client_for, experiment_id, open_run, study_call
+from lme.tracking.helper import HelperError, running_helper, stop_helper
+from lme.tracking.runs import DataInput, TrackingSettings, client_for, experiment_id, open_run, study_call
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -95,7 +95,7 @@ def test_a_study_process_never_imports_mlflow_and_its_runs_are_in_the_store(tmp_
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     imported = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")]
-    assert "lme.job" in imported and "litellm" in imported  # the list is the study process's
+    assert "lme.study.job" in imported and "litellm" in imported  # the list is the study process's
     assert not [name for name in imported if name.split(".")[0] in ("mlflow", "sqlalchemy", "alembic")]
     settings = TrackingSettings(uri=f"sqlite:///{tmp_path / 'mlflow.db'}", experiment="helper")
     runs = client_for(settings).search_runs([experiment_id(settings)])
@@ -111,7 +111,7 @@ def test_a_study_process_never_imports_mlflow_and_its_runs_are_in_the_store(tmp_
 def test_the_helper_runs_at_a_lower_cpu_priority_than_the_study(tmp_path):
     """Its trace writing must not take cores from the study's event loop: `NICENESS` more than this process
     (Unix caps niceness at 19)."""
-    from lme.helper import NICENESS
+    from lme.tracking.helper import NICENESS
 
     run = open_run(_settings(tmp_path), "job", {"lme.role": "job"})  # answered: the helper is past its start
     helper = running_helper()

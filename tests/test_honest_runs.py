@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from loopback import LoopbackServer
 
-from lme.errors import EXIT_BAD_INPUT, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_SYSTEMIC
+from lme.util.errors import EXIT_BAD_INPUT, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_SYSTEMIC
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = "sk-lme-honest-0123456789abcdefXYZ"

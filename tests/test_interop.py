@@ -8,8 +8,8 @@ import json
 import pytest
 from report_fixtures import PATCHY, PLAIN, TYPES, fresh_store, log_study, rows_from
 
-from lme.errors import DataError
-from lme.interop import (
+from lme.util.errors import DataError
+from lme.reporting.interop import (
     OFFICIAL_TYPE_ORDER,
     compare_verdicts,
     hypotheses_jsonl,

@@ -1,4 +1,4 @@
-"""A Ctrl-C during a third-party import is held and raised once the import is done (lme.interrupts)."""
+"""A Ctrl-C during a third-party import is held and raised once the import is done (lme.util.interrupts)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lme.interrupts import interrupts_held
+from lme.util.interrupts import interrupts_held
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,6 +1,6 @@
 """A job's folder and the commands that read it back, under every fault (issue 36).
 
-A job folder holds `outcomes.jsonl` (the journal, `lme.run.Journal`: read by a resume, by the job itself and by
+A job folder holds `outcomes.jsonl` (the journal, `lme.answer.run.Journal`: read by a resume, by the job itself and by
 `lme cost`) and Hydra's `.hydra/config.yaml`, `hydra.yaml` and `overrides.yaml` (read by `lme cost`). Each is
 damaged in every way a user, a kill or a disk would (empty, truncated, random bytes, not UTF-8, nested too
 deeply, wrong shape, wrong types, an alias, a directory in its place, unreadable); each case gives one sentence
@@ -28,8 +28,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lme.errors import LmeError
-from lme.run import (CallStats, Journal, Outcome, Step, parse_journal_line, JOURNAL_FORMAT)
+from lme.util.errors import LmeError
+from lme.answer.run import (CallStats, Journal, Outcome, Step, parse_journal_line, JOURNAL_FORMAT)
 
 
 # --- a job folder, made as a job leaves it ----------------------------------------------------------
@@ -387,21 +387,21 @@ def test_a_multirun_missing_answers_advises_its_sweep_dir_and_following_it_finis
     reader calls) in the same job folders, makes no other folder, and exits 0. A job folder whose journal is
     then damaged stops the same command with one sentence, the file untouched. In-process, three runs: 30 s on a
     busy machine, most of it litellm's import and the first run's set-up (hence slow)."""
-    import lme.job
-    import lme.tracking
+    import lme.study.job
+    import lme.tracking.runs
     from loopback import LoopbackServer
 
     from lme.cli import main
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("LME_FAKE_KEY", "sk-lme-sweep-0123456789abcdefXYZ")
-    monkeypatch.setattr(lme.job, "INCOMPLETE_JOBS", [])
-    monkeypatch.setattr(lme.tracking, "FAILED_STUDIES", [])
+    monkeypatch.setattr(lme.study.job, "INCOMPLETE_JOBS", [])
+    monkeypatch.setattr(lme.tracking.runs, "FAILED_STUDIES", [])
     sweep = tmp_path / "sweep"
 
     def run_lme(args: list[str]) -> int:
         monkeypatch.setattr(sys, "argv", ["lme", *args])
-        lme.job.INCOMPLETE_JOBS.clear()
+        lme.study.job.INCOMPLETE_JOBS.clear()
         try:
             main(args)
         except SystemExit as stop:

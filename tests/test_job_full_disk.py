@@ -70,7 +70,7 @@ def test_a_full_disk_as_hydra_writes_its_files_is_one_sentence_and_keeps_the_ear
 def test_a_log_line_that_cannot_be_written_is_said_once_and_the_job_goes_on(tmp_path: Path, capsys) -> None:
     import logging
 
-    from lme.hydra_run import quiet_log_errors
+    from lme.study.hydra_run import quiet_log_errors
 
     handler = logging.FileHandler(tmp_path / "hydra_run.log")
     root = logging.getLogger()

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 
 import lme
 from lme.data.load import parse_question
-from lme.errors import LmeError
+from lme.util.errors import LmeError
 from lme.judge import (
     LONGMEMEVAL_TEMPLATE_SHA256,
     TEMPLATE_KEYS,

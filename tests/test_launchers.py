@@ -246,7 +246,7 @@ def test_joblib_launcher_logging_to_a_tracking_server_gives_the_same_measures(tr
 def test_job_overrides_carry_the_parent_id_path_variables_and_an_absolute_sweep_dir_never_a_key():
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from lme.multirun import job_overrides
+    from lme.study.multirun import job_overrides
 
     environ = {"LME_CACHE_DIR": "/data/it's here\\", "LME_DATA_DIR": "/d a/t:a", "OPENAI_API_KEY": "sk-x", "LME_TEST_KEY": "sk-y",
                "LME_STUDY_INSTRUCTIONS": "/o/study_instructions.json"}
@@ -264,7 +264,7 @@ def test_job_overrides_carry_the_parent_id_path_variables_and_an_absolute_sweep_
 
 
 def test_with_a_tracking_server_a_relative_artifact_location_is_left_to_the_server(tmp_path):
-    from lme.tracking import TrackingSettings, artifact_location
+    from lme.tracking.runs import TrackingSettings, artifact_location
 
     assert artifact_location(TrackingSettings(uri="http://127.0.0.1:5000")) is None
     assert artifact_location(TrackingSettings(uri="http://h:5000", artifact_location="s3://b/lme")) == "s3://b/lme"

@@ -95,7 +95,7 @@ def test_a_ledger_whose_model_call_fails_reads_nothing_for_that_question_and_fai
     from the cache) writes the ledger and exits 0."""
     from loopback import LoopbackServer
 
-    from lme.errors import EXIT_INCOMPLETE
+    from lme.util.errors import EXIT_INCOMPLETE
 
     ids = ["95e38180", "900f72f7"]  # counting questions whose answers wobble between jobs
     questions = {q.question: q for q in load_questions(SAMPLE_PATH) if q.question_id in ids}

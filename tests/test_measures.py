@@ -9,8 +9,8 @@ import pytest
 from report_fixtures import IDS, PATCHY, PLAIN, pipeline_runs, rows_from
 from report_fixtures import TYPES as FIX_TYPES
 
-from lme.errors import LmeError
-from lme.measures import (
+from lme.util.errors import LmeError
+from lme.reporting.measures import (
     Interval,
     accuracy,
     accuracy_intervals,

@@ -1,4 +1,4 @@
-"""lme.memo: a least-recently-used memo bounded by the size of what it keeps."""
+"""lme.util.memo: a least-recently-used memo bounded by the size of what it keeps."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from lme.memo import TextMemo
+from lme.util.memo import TextMemo
 
 
 def test_keeps_values_until_the_bound_then_drops_the_least_recently_used():

@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 
 import lme.cli
-from lme.errors import LmeError
-from lme.tracking import JobRun, TrackingSettings, client_for
+from lme.util.errors import LmeError
+from lme.tracking.runs import JobRun, TrackingSettings, client_for
 
 CASE_LIMIT_S = 8.0  # every case answers within this (MLflow's own retries would take minutes)
 
@@ -173,7 +173,7 @@ def test_runs_repair_reads_a_whole_store(store, tmp_path, capsys):
 @pytest.mark.parametrize("fault", ["random bytes", "directory in its place", "tables missing", "artifact folder a file"])
 def test_a_run_on_a_broken_store_stops_before_hydra_and_never_overwrites_it(store, tmp_path, capsys, monkeypatch,
                                                                             fault):
-    """Before any job folder exists: lme.before_run checks the store without importing MLflow. (The schema
+    """Before any job folder exists: lme.study.before_run checks the store without importing MLflow. (The schema
     revision is MLflow's to judge, when the job opens the store: `store_failure`, covered by the readers' cases.)"""
     uri, folder = _case(store, tmp_path, fault)
     monkeypatch.chdir(folder)
@@ -284,8 +284,8 @@ def test_an_environment_path_that_is_not_utf8_is_one_sentence(tmp_path, capsys, 
 @pytest.mark.parametrize("what", ["store", "artifact"])
 def test_a_full_disk_while_a_run_logs_is_one_sentence_naming_the_file(store, tmp_path, file_size_limit, what):
     """The helper's side of a job's run (`serve_run`): a write that fails on a full disk is one `LmeError` sentence
-    naming the store or the artifact's file (the job then stops with lme.resume.store_stop_message)."""
-    from lme.tracking import serve_run
+    naming the store or the artifact's file (the job then stops with lme.study.resume.store_stop_message)."""
+    from lme.tracking.runs import serve_run
 
     folder = tmp_path / "study"
     folder.mkdir()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from lme.hashing import sha256_text
+from lme.util.hashing import sha256_text
 
 ROOT = Path(__file__).resolve().parents[1]
 # Issue 35's target is the runs view within 15 s, offline: measured by scripts/bench_ui.py (7.0-7.8 s on an idle
@@ -43,7 +43,7 @@ def store(tmp_path_factory):
     has lost lme's runs view (an older store): the UI must give it back."""
     from mlflow.tracking import MlflowClient
 
-    from lme.tracking import RUNS_VIEW_TAG
+    from lme.tracking.runs import RUNS_VIEW_TAG
 
     where = tmp_path_factory.mktemp("ui")
     uri = f"sqlite:///{where}/mlflow.db"
@@ -141,7 +141,7 @@ def test_a_store_that_is_not_there_is_one_sentence_and_nothing_is_created(tmp_pa
 def test_a_port_in_use_is_one_sentence(tmp_path):
     import sqlite3
 
-    from lme.tracking import STORE_TABLES
+    from lme.tracking.runs import STORE_TABLES
 
     with sqlite3.connect(tmp_path / "mlflow.db") as conn:  # what the store check before the port's looks for
         conn.executescript("".join(f"CREATE TABLE {table} (x);" for table in STORE_TABLES))

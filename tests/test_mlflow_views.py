@@ -100,7 +100,7 @@ def test_outcomes_and_across_seed_verdicts_are_tables(study):
 def test_the_runs_table_view_shows_design_dataset_seed_and_accuracy(study):
     """MLflow has no per-experiment default columns; the experiment carries lme's view as a shared view
     state, and the multirun prints the address that opens it. Every column it selects is one the runs have."""
-    from lme.tracking import RUNS_VIEW_TAG
+    from lme.tracking.runs import RUNS_VIEW_TAG
 
     client, experiment, jobs, parent, where = study
     state = json.loads(client.get_experiment(experiment).tags[RUNS_VIEW_TAG])
@@ -133,7 +133,7 @@ def test_two_sweeps_of_a_design_are_told_apart_by_their_folder_in_every_run_name
 
 def test_runs_are_described_by_their_design_file(study):
     from lme import CONF_DIR
-    from lme.design import design_description
+    from lme.config.design import design_description
 
     _, _, jobs, parent, _ = study
     described = design_description("bm25", [CONF_DIR])

@@ -22,7 +22,7 @@ def _lme(argv, capsys) -> tuple[int, str]:
 
 @pytest.fixture(scope="module")
 def logged(tmp_path_factory):
-    """A real MLflow store with one finished job of 8 questions (its n_questions param, as lme.job logs it)."""
+    """A real MLflow store with one finished job of 8 questions (its n_questions param, as lme.study.job logs it)."""
     from mlflow.tracking import MlflowClient
 
     settings, tmp = fresh_store(tmp_path_factory, "artifact")

@@ -9,11 +9,11 @@ from hydra import compose, initialize_config_dir
 from omegaconf import read_write
 
 import lme
-import lme.resolvers  # noqa: F401
+import lme.config.resolvers  # noqa: F401
 from lme.data import dataset
-from lme.design import design_from_config, sweeps_dataset
-from lme.errors import LmeError
-from lme.multirun import runs_jobs_here
+from lme.config.design import design_from_config, sweeps_dataset
+from lme.util.errors import LmeError
+from lme.study.multirun import runs_jobs_here
 
 CONF = lme.CONF_DIR
 
@@ -82,7 +82,7 @@ def test_a_single_run_loads_its_file_in_the_background_while_it_imports(tmp_path
     its imports (litellm) and waits for it; a later job of the same process loads nothing."""
     import threading
 
-    from lme.job import run_job
+    from lme.study.job import run_job
 
     loads = []
     real_load = dataset.load_questions
@@ -161,7 +161,7 @@ def test_tokenizers_of_counted_models_are_warmed_in_the_background_others_not():
     """`warm_tokenizers` counts a token for each paid reader and judge model in a thread when their calls
     are counted (a dollar cap), loading the tokenizer before the first reservation needs it; offline
     models, or paid ones with no cap or token rate limit (bounded by bytes, never counted), start none."""
-    from lme.job import warm_tokenizers
+    from lme.study.job import warm_tokenizers
     from lme.models import pricing
 
     offline = design_from_config(_compose(["budget.study_dollars=5"]), check=False)
@@ -184,7 +184,7 @@ def test_tokenizers_of_counted_models_are_warmed_in_the_background_others_not():
 def test_warming_follows_the_gateways_rule_for_when_an_input_is_counted(monkeypatch):
     """A token rate limit alone (no dollar cap) is read by the gateway's limiter, so that model's tokenizer is
     warmed; the judge, with neither, is not. Both decisions come from `pricing.input_is_counted`."""
-    from lme.job import warm_tokenizers
+    from lme.study.job import warm_tokenizers
     from lme.models import pricing
     from lme.models.pricing import input_is_counted
 

@@ -19,9 +19,9 @@ from lme import CONF_DIR
 from design_helpers import load_dataset
 from lme.cli import compose_config
 from lme.data.sample import SAMPLE_PATH
-from lme.design import design_from_config, resolved
-from lme.errors import LmeError
-from lme.prereg import (
+from lme.config.design import design_from_config, resolved
+from lme.util.errors import LmeError
+from lme.provenance.prereg import (
     PACKAGE_DIR,
     Plan,
     build_record,
@@ -268,7 +268,7 @@ def test_a_record_and_its_folder_do_not_make_the_tree_dirty(tmp_path):
 def test_freeze_into_the_repository_then_verify_reports_a_clean_tree(tmp_path, monkeypatch, capsys):
     if not HAS_GIT:
         pytest.skip("needs git, which is not installed (install git to run it)")
-    import lme.prereg as prereg
+    import lme.provenance.prereg as prereg
 
     package = checkout(tmp_path / "repo")
     original = prereg.code_version
@@ -387,7 +387,7 @@ def test_preregistered_run_is_tagged_in_mlflow(tmp_path):
 def test_verify_refuses_an_edited_or_resealed_record_in_one_sentence(tmp_path):
     """An edited record is refused before any field is used (its digest first); one edited and resealed with a
     field of the wrong type is refused naming the field (tests/test_prereg_faults.py has the whole matrix)."""
-    from lme.prereg import dump_record
+    from lme.provenance.prereg import dump_record
 
     out = tmp_path / "rec.yaml"
     assert main(["freeze", "--out", str(out), *FAST]) == 0
@@ -404,6 +404,6 @@ def test_verify_refuses_an_edited_or_resealed_record_in_one_sentence(tmp_path):
 
 
 def load_record_text(text: str) -> dict:
-    from lme.prereg import parse_record
+    from lme.provenance.prereg import parse_record
 
     return parse_record(text, "rec.yaml")

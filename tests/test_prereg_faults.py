@@ -18,13 +18,13 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from design_helpers import load_dataset
-from lme.before_run import BeforeRun, check_before_run
+from lme.study.before_run import BeforeRun, check_before_run
 from lme.cli import check_config_before_hydra, compose_config
 from lme.cli import main as lme_main
-from lme.design import design_from_config
-from lme.errors import LmeError
-from lme.prereg import check_run, dump_record, load_record, parse_record, record_digest, seal, write_record
-from lme.secrets import find_secrets, holds_a_key
+from lme.config.design import design_from_config
+from lme.util.errors import LmeError
+from lme.provenance.prereg import check_run, dump_record, load_record, parse_record, record_digest, seal, write_record
+from lme.util.secrets import find_secrets, holds_a_key
 
 FAST = ["+design=bm25", "limit=4"]  # the bundled sample, BM25, four questions (as tests/test_prereg.py)
 KEY = "sk-" + "proj-" + "Zq8wX2c4V6b8N0m1L3k5J7h9"  # key-shaped, not a key
@@ -210,7 +210,7 @@ def test_the_record_cut_at_any_byte_is_refused_as_truncated(frozen):
 
 
 def test_the_runs_check_and_the_jobs_check_refuse_every_fault_in_one_sentence(frozen, tmp_path):
-    """A run's check before Hydra (`lme.before_run`, as `python -m lme ... prereg=FILE` calls it) and the job's
+    """A run's check before Hydra (`lme.study.before_run`, as `python -m lme ... prereg=FILE` calls it) and the job's
     (`check_run`) on each fault, through one composed design whose record file is replaced case by case."""
     path = tmp_path / "rec.yaml"
     cfg = compose_config([*FAST, f"prereg={path}", "seed=1"])
@@ -257,7 +257,7 @@ def test_a_run_with_a_faulty_record_stops_before_hydra(frozen, tmp_path, capsys,
 
 def test_the_report_refuses_a_faulty_record_given_with_prereg(frozen, tmp_path):
     from lme.cli.report import preregistrations
-    from lme.report_source import Sources
+    from lme.tracking.report_source import Sources
 
     path = tmp_path / "rec.yaml"
     path.write_bytes(_resealed(frozen["record"], created=["x"]))
@@ -308,7 +308,7 @@ def test_freeze_refuses_a_design_holding_a_key_as_a_run_does_and_writes_nothing(
 def test_a_url_credential_in_api_base_is_refused_by_freeze(tmp_path, capsys):
     out = tmp_path / "rec.yaml"
     for base in ("https://user:hunter2pass@llm.example.org/v1", "https://llm.example.org/v1?sig=Zq8wX2c4V6b8N0m1L3k5"):
-        if not holds_a_key(base):  # a token in a query string: lme.secrets' rule as it stands
+        if not holds_a_key(base):  # a token in a query string: lme.util.secrets' rule as it stands
             continue
         with pytest.raises(SystemExit) as stopped:
             lme_main(["prereg", "freeze", "--out", str(out), *FAST, f"reader.model.api_base={base}"])
@@ -386,7 +386,7 @@ _JSON = st.recursive(_SCALAR, lambda inner: st.one_of(st.lists(inner, max_size=4
 
 @st.composite
 def records(draw) -> dict[str, Any]:
-    from lme.hashing import sha256_json
+    from lme.util.hashing import sha256_json
 
     ids = draw(st.lists(_TEXT, max_size=5))
     seeds = draw(st.lists(st.integers(-2**40, 2**40), min_size=1, max_size=4, unique=True))

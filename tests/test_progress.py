@@ -1,4 +1,4 @@
-"""Progress on stderr (`lme.progress`): periodic lines off a terminal, a tqdm bar on one, nothing when
+"""Progress on stderr (`lme.util.progress`): periodic lines off a terminal, a tqdm bar on one, nothing when
 disabled; and the embedding, fetch, `lme memory` and `lme retrieval` paths that report through it."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from lme import progress as progress_module
-from lme.errors import LmeError
-from lme.progress import (
+from lme.util import progress as progress_module
+from lme.util.errors import LmeError
+from lme.util.progress import (
     INTERVAL_ENV,
     Progress,
     config_flag,
@@ -400,7 +400,7 @@ def test_library_bars_are_off_and_a_users_setting_is_kept(tmp_path) -> None:
     import subprocess
     import sys
 
-    code = ("import os, sys; from lme.progress import quiet_library_bars; quiet_library_bars(); "
+    code = ("import os, sys; from lme.util.progress import quiet_library_bars; quiet_library_bars(); "
             "import huggingface_hub.utils as hub, transformers.utils.logging as tl; "
             "print(os.environ['HF_HUB_DISABLE_PROGRESS_BARS'], hub.are_progress_bars_disabled(), "
             "tl.is_progress_bar_enabled())")
@@ -411,7 +411,7 @@ def test_library_bars_are_off_and_a_users_setting_is_kept(tmp_path) -> None:
     assert kept.stdout.split() == ["0", "False", "True"], kept.stderr
     # imported first, then turned off: the switches, not only the variable
     late = ("import huggingface_hub.utils as hub, transformers.utils.logging as tl; "
-            "from lme.progress import quiet_library_bars; quiet_library_bars(); "
+            "from lme.util.progress import quiet_library_bars; quiet_library_bars(); "
             "print(hub.are_progress_bars_disabled(), tl.is_progress_bar_enabled())")
     late = subprocess.run([sys.executable, "-c", late], env=_lme_env(), capture_output=True, text=True, timeout=120)
     assert late.stdout.split() == ["True", "False"], late.stderr

@@ -32,9 +32,9 @@ from lme.models.gateway import Gateway, ModelSpec
 from lme.models.ledger import Ledger
 from lme.models.offline import JUDGE_MODEL
 from lme.models.pricing import CACHE_READ, INPUT, Prices, model_prices
-from lme.report import DesignRuns, JobOutcomes, build_report, cost_table, report_json
+from lme.reporting.report import DesignRuns, JobOutcomes, build_report, cost_table, report_json
 from lme.retrieval.fts5 import FTS5Retriever
-from lme.run import CallStats, Journal, run_questions
+from lme.answer.run import CallStats, Journal, run_questions
 from judging import OFFLINE_TEMPLATES
 from shared_data import TEMPLATES as OFFICIAL_TEMPLATES
 from shared_data import available
@@ -261,7 +261,7 @@ def test_a_run_with_a_prompt_cache_records_cached_tokens_everywhere_and_costs_le
 
     from loopback import LoopbackServer
 
-    from lme.job import cost_metrics
+    from lme.study.job import cost_metrics
 
     monkeypatch.setenv(KEY_ENV, "sk-test")
     with LoopbackServer(reply="offline", prefix_cache=True) as server:
@@ -358,7 +358,7 @@ def test_ledger_rows_keep_cached_tokens_and_calls_without_usage_read_zero(tmp_pa
 
 
 def test_journal_rows_written_before_cached_tokens_were_recorded_read_as_zero():
-    from lme.measures import cost_summary
+    from lme.reporting.measures import cost_summary
 
     old = {"calls": 1, "cached_calls": 0, "failed_calls": 0, "input_tokens": 10, "output_tokens": 2,
            "cost_usd": 0.5, "spent_usd": 0.5, "unpriced_calls": 0}

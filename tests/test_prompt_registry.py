@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from lme.hashing import sha256_text
-from lme.tracking import JobRun, TrackingSettings, prompt_name
+from lme.util.hashing import sha256_text
+from lme.tracking.runs import JobRun, TrackingSettings, prompt_name
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXTS = {"first_pass": "Answer from the memory. {{not a variable}}", "decline": "Say you do not know."}
@@ -126,7 +126,7 @@ def test_a_failure_to_register_is_raised_not_hidden(tmp_path):
 
 _REGISTER = """
 import sys
-from lme.tracking import JobRun, TrackingSettings
+from lme.tracking.runs import JobRun, TrackingSettings
 settings = TrackingSettings(uri=sys.argv[1], artifact_location=sys.argv[2])
 run = JobRun(settings, "job", {"lme.role": "job"})
 print(run.run_id, flush=True)

@@ -1,4 +1,4 @@
-"""Prompts as text files: `${lme_text:PATH}` (lme/resolvers.py) and the texts the configs compose from them."""
+"""Prompts as text files: `${lme_text:PATH}` (lme/config/resolvers.py) and the texts the configs compose from them."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import yaml
 from omegaconf import OmegaConf
 
 import lme
-from lme.compose import compose_config
-from lme.config_check import validate_config
-from lme.design import resolved
-from lme.errors import LmeError
-from lme.resolvers import text_file
+from lme.config.compose import compose_config
+from lme.config.check import validate_config
+from lme.config.design import resolved
+from lme.util.errors import LmeError
+from lme.config.resolvers import text_file
 
 CONF = lme.CONF_DIR
 REFERENCE = re.compile(r"\$\{lme_text:([^}]*)\}")
@@ -151,7 +151,7 @@ def test_a_non_utf8_file_is_one_sentence_naming_it_and_the_config_root(tmp_path)
 def test_a_missing_file_in_an_override_reaches_the_user_as_one_sentence():
     cfg = compose_config(["instructions.base=${lme_text:nope.txt}"])  # composing does not read it
     with pytest.raises(LmeError) as info:
-        resolved(cfg)  # how the run and prereg read the config (lme.design)
+        resolved(cfg)  # how the run and prereg read the config (lme.config.design)
     message = str(info.value)
     assert "\n" not in message and "'nope.txt'" in message and str(CONF) in message
     with pytest.raises(LmeError) as info:

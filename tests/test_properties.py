@@ -3,7 +3,7 @@ parser returns its data or raises lme's one-sentence error (`LmeError`, `DataErr
 
 Covered: id-list files (lme.data.splits.read_ids), the user pin file (lme.data.fetch.read_user_pins), the study's
 instructions file (lme.answer.study_instructions.load_study_instructions), the judge templates file
-(lme.data.judge_templates.load_templates), lme.yamlfile.parse_yaml and the question record parser
+(lme.data.judge_templates.load_templates), lme.util.yamlfile.parse_yaml and the question record parser
 (lme.data.parse.parse_question). Small `max_examples` keep each test about a second.
 """
 
@@ -21,8 +21,8 @@ from lme.data.fetch import read_user_pins
 from lme.data.judge_templates import TEMPLATE_KEYS, load_templates
 from lme.data.parse import parse_question
 from lme.data.splits import read_ids
-from lme.errors import LmeError
-from lme.yamlfile import parse_yaml
+from lme.util.errors import LmeError
+from lme.util.yamlfile import parse_yaml
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

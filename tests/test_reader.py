@@ -9,7 +9,7 @@ import pytest
 
 from lme.answer.reader import build_reader_messages, compose_instruction, reader_payload
 from lme.data.records import Question, Session, Turn
-from lme.errors import LmeError
+from lme.util.errors import LmeError
 from lme.memory.base import Memory
 
 

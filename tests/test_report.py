@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from report_fixtures import IDS, PATCHY, PLAIN, TYPES, fresh_store, log_study, pipeline_runs, rows_from
 
-from lme.errors import LmeError
-from lme.report import (
+from lme.util.errors import LmeError
+from lme.reporting.report import (
     DesignRuns,
     JobOutcomes,
     all_pairs,
@@ -24,7 +24,7 @@ from lme.report import (
     render_markdown,
     report_json,
 )
-from lme.report_source import Questions, RunInfo, choose_sources, labels_for, select_designs
+from lme.tracking.report_source import Questions, RunInfo, choose_sources, labels_for, select_designs
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -323,7 +323,7 @@ def test_jobs_of_one_run_on_other_questions_are_left_out_and_named_runs_are_kept
 
 
 def test_plot_titles_say_what_and_on_which_questions():
-    from lme.plots import differences_title, per_type_title
+    from lme.reporting.plots import differences_title, per_type_title
 
     on_s = dict(data="8 questions of dataset s (data sha256 0123)", questions_digest="d1")
     one = build_report([DesignRuns(**{**design("a", PLAIN).__dict__, **on_s})], n_resamples=200)

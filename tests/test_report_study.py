@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from report_fixtures import IDS, PATCHY, PLAIN, TYPES, fresh_store, pipeline_runs, rows_from
 
-from lme.measures import paired_difference, stratified_bootstrap
-from lme.report import (
+from lme.reporting.measures import paired_difference, stratified_bootstrap
+from lme.reporting.report import (
     DesignRuns,
     JobOutcomes,
     Preregistration,
@@ -228,7 +228,7 @@ def test_what_cannot_be_stated_is_said():
 
 
 def write_record(path: Path, design_name: str, primary: str, created: datetime, comparisons=()) -> dict:
-    from lme.prereg import dump_record, seal
+    from lme.provenance.prereg import dump_record, seal
 
     record = seal({
         "lme_prereg": 1, "name": None, "created": created.isoformat().replace("+00:00", "Z"),
@@ -244,9 +244,9 @@ def write_record(path: Path, design_name: str, primary: str, created: datetime, 
 
 
 def log_design(settings, tmp: Path, name: str, pattern, tag: str | None = None, config: str | None = None) -> None:
-    """A parent and three job runs as `lme.job.run_job` logs them: tags (with `lme.prereg_sha256` when the run
+    """A parent and three job runs as `lme.study.job.run_job` logs them: tags (with `lme.prereg_sha256` when the run
     was checked against a record), the outcomes.jsonl artifact and the config.yaml artifact."""
-    from lme.tracking import JobRun
+    from lme.tracking.runs import JobRun
 
     parent = JobRun(settings, f"{name}-multirun", {"lme.role": "parent", "lme.design": name})
     for seed, run in enumerate(pattern, start=1):
@@ -344,7 +344,7 @@ def test_a_preregistered_study_is_reported_with_its_primary_measure_first(tmp_pa
     for args in (["+design=bm25", "prereg=prereg/bm25.yaml", "-m", "seed=1,2"], ["+design=first_pass", "-m", "seed=1,2"]):
         run = _lme_process(*args, *common, cwd=tmp_path)
         assert run.returncode == 0, run.stderr[-2000:]
-    from lme.prereg import load_record
+    from lme.provenance.prereg import load_record
 
     record = load_record(tmp_path / "prereg" / "bm25.yaml")
     report = _lme_process("report", "--json", "--resamples", "200", *common[2:4], cwd=tmp_path)

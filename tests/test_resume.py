@@ -152,7 +152,7 @@ def test_at_a_cap_the_run_loop_lets_calls_in_flight_finish_and_journals_them(tmp
     from lme.models.ledger import Budget, BudgetExhausted, Ledger
     from lme.models.offline import JUDGE_MODEL
     from lme.retrieval.fts5 import FTS5Retriever
-    from lme.run import Journal, run_questions
+    from lme.answer.run import Journal, run_questions
 
     templates = {key: "Question: {}\n\nCorrect Answer: {}\n\nModel Response: {}\n\nCorrect?" for key in (
         "abstention", "ssu_ssa_multisession", "temporal_reasoning", "knowledge_update", "single_session_preference")}
@@ -182,8 +182,8 @@ def test_after_a_multirun_the_resume_advice_is_the_sweeps_command_with_its_sweep
     `hydra.sweep.dir=` its folder, never `hydra.run.dir=` (a multirun ignores it: following that advice started a
     new sweep); outside a multirun, the job's overrides with its run directory. Keys are never repeated.
     (tests/test_job_folder_faults.py follows the advice end to end.)"""
-    from lme.design import Launch
-    from lme.resume import job_resume_command, sweep_resume_command
+    from lme.config.design import Launch
+    from lme.study.resume import job_resume_command, sweep_resume_command
 
     sweep = tmp_path / "multi run"
     launch = Launch(overrides=("seed=1",), sweep_dir=sweep,
@@ -198,8 +198,8 @@ def test_after_a_multirun_the_resume_advice_is_the_sweeps_command_with_its_sweep
 
 
 def test_a_multiruns_end_line_names_the_command_that_finishes_its_unfinished_jobs():
-    from lme.multirun import multirun_summary
-    from lme.tracking import TrackingSettings
+    from lme.study.multirun import multirun_summary
+    from lme.tracking.runs import TrackingSettings
 
     resume = "python -m lme -m seed=1,2 hydra.sweep.dir=/s"
     line = multirun_summary({"n_failed_runs": 1.0}, {"designs": {}}, "p", TrackingSettings(), "0", resume=resume)

@@ -16,7 +16,7 @@ from lme.models.cache import CallCache
 from lme.models.gateway import Gateway, ModelSpec
 from lme.models.offline import JUDGE_MODEL, READER_MODEL
 from lme.retrieval.fts5 import FTS5Retriever
-from lme.run import Journal, run_questions
+from lme.answer.run import Journal, run_questions
 from judging import OFFLINE_TEMPLATES
 
 
@@ -185,7 +185,7 @@ def test_a_whole_last_line_without_its_newline_is_not_joined_by_the_next_append(
 
 
 def test_the_failures_line_counts_calls_by_class_and_missing_answers():
-    from lme.job import failures_line, incomplete_note
+    from lme.study.job import failures_line, incomplete_note
 
     metrics = {"reader_failed_calls": 3, "judge_failed_calls": 1, "missing_answers": 2, "missing_verdicts": 0,
                "reader_failed_calls.TimeoutError": 3, "judge_failed_calls.TimeoutError": 1}
@@ -201,7 +201,7 @@ def test_the_failures_line_counts_calls_by_class_and_missing_answers():
 
 
 def test_journal_rows_carry_the_format_and_rows_of_earlier_formats_read(parts, tmp_path):
-    from lme.run import JOURNAL_FORMAT, Outcome
+    from lme.answer.run import JOURNAL_FORMAT, Outcome
 
     journal = Journal(tmp_path / "outcomes.jsonl")
     outcomes, _ = _run(parts, journal)
@@ -227,8 +227,8 @@ def test_journal_rows_carry_the_format_and_rows_of_earlier_formats_read(parts, t
 
 
 def test_a_row_of_an_unknown_format_is_refused_naming_the_file_and_never_dropped(parts, tmp_path):
-    from lme.errors import LmeError
-    from lme.run import Outcome
+    from lme.util.errors import LmeError
+    from lme.answer.run import Outcome
 
     journal = Journal(tmp_path / "outcomes.jsonl")
     _run(parts, journal)

@@ -1,6 +1,6 @@
 """Secrets in the config are refused before anything is written (issue 16, part 5).
 
-Fast unit tests cover the rules (`lme.secrets`): key shapes found anywhere in a string, field
+Fast unit tests cover the rules (`lme.util.secrets`): key shapes found anywhere in a string, field
 names, redaction, the one-sentence refusal, the command-line check. The slow tests run the real
 `python -m lme` once for each way a key can come in (an override, a header inside
 `extra_headers`, a key inside a longer value, a secret-named field with an innocent value, a
@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from lme import secrets
+from lme.util import secrets
 from lme.cli import CONF_DIR, compose_config, main
-from lme.errors import LmeError
-from lme.resume import resume_command
-from lme.compose import override_combinations
-from lme.secrets import (
+from lme.util.errors import LmeError
+from lme.study.resume import resume_command
+from lme.config.compose import override_combinations
+from lme.util.secrets import (
     find_secrets,
     holds_a_key,
     looks_like_a_key,
@@ -35,7 +35,7 @@ from lme.secrets import (
     refuse_secrets,
     secret_named,
 )
-from lme.tracking import params_from_config
+from lme.tracking.runs import params_from_config
 
 DIGEST = hashlib.sha256(b"lme").hexdigest()
 OPENAI = "sk-" + "proj-" + "Zq8wX2c4V6b8N0m1L3k5J7h9"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from lme.sqlite import attached, connect, immediate, insert_missing
+from lme.util.sqlite import attached, connect, immediate, insert_missing
 
 SCHEMA = "CREATE TABLE items (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
 
@@ -49,7 +49,7 @@ def test_open_store_completes_an_older_schema_and_keeps_a_live_creation(tmp_path
     import os
     import sqlite3
 
-    from lme.sqlite import StoreError, StoreKind, open_store
+    from lme.util.sqlite import StoreError, StoreKind, open_store
 
     kind = StoreKind("test store", SCHEMA.replace("TABLE items", "TABLE IF NOT EXISTS items")
                      + "; CREATE TABLE IF NOT EXISTS extra (id INTEGER PRIMARY KEY)",

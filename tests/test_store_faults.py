@@ -1,5 +1,5 @@
 """Every fault of lme's SQLite stores (call cache, ledger, embedding cache, trace text registry) is one sentence
-naming the file (`lme.sqlite.StoreError`, an `LmeError`: exit 2 through the CLI), and the faulty file is left
+naming the file (`lme.util.sqlite.StoreError`, an `LmeError`: exit 2 through the CLI), and the faulty file is left
 as it was: damaged, zeroed, truncated, random bytes, another program's tables, a directory in its place, an
 unreadable file (EIO, a symlink loop), read-only, locked past the busy timeout, a full disk (RLIMIT_FSIZE)
 at creation and during use, the file replaced during use. Real files in tmp_path, no mocks."""
@@ -19,12 +19,12 @@ import numpy as np
 import pytest
 from full_disk import file_size_limit
 
-from lme.errors import LmeError
+from lme.util.errors import LmeError
 from lme.models.cache import CallCache
 from lme.models.ledger import Ledger
 from lme.retrieval.embedding_cache import EmbeddingCache, embedding_key, export_embeddings
-from lme.sqlite import BUSY_TIMEOUT_ENV, StoreError, busy_timeout_s
-from lme.traces import TextRegistry
+from lme.util.sqlite import BUSY_TIMEOUT_ENV, StoreError, busy_timeout_s
+from lme.tracking.traces import TextRegistry
 
 DIM = 8
 MODEL = "test/hash-model"

@@ -14,7 +14,7 @@ import pytest
 from lme.models.cache import CallCache, merge_caches
 from lme.models.ledger import Ledger, read_rows
 from lme.retrieval.embedding_cache import EmbeddingCache, export_embeddings
-from lme.sqlite import StoreError
+from lme.util.sqlite import StoreError
 
 DIM = 8
 

@@ -1,4 +1,4 @@
-"""lme.store_template: a new SQLite tracking store as a copy of an empty one MLflow made, not its migrations."""
+"""lme.tracking.store_template: a new SQLite tracking store as a copy of an empty one MLflow made, not its migrations."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from lme import store_template, tracking
-from lme.tracking import JobRun, TrackingSettings
+from lme.tracking import runs as tracking, store_template
+from lme.tracking.runs import JobRun, TrackingSettings
 
 
 @pytest.fixture
@@ -78,7 +78,7 @@ def test_the_first_new_store_leaves_a_template_and_the_next_is_a_copy_of_it(temp
             copies.append(path)
         return done
 
-    monkeypatch.setattr(store_template, "start_from_template", counted)  # as lme.store_template.create_whole calls it
+    monkeypatch.setattr(store_template, "start_from_template", counted)  # as lme.tracking.store_template.create_whole calls it
     second = _settings(tmp_path / "b")
     monkeypatch.chdir(tmp_path / "b")
     _, default_location = _log_a_run(second)

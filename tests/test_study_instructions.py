@@ -17,9 +17,9 @@ from lme.answer.study_instructions import (
     load_study_instructions,
     study_digest,
 )
-from lme.design import compose_design, plain
-from lme.errors import LmeError
-from lme.prereg import text_digests
+from lme.config.design import compose_design, plain
+from lme.util.errors import LmeError
+from lme.provenance.prereg import text_digests
 from shared_data import STUDY_INSTRUCTIONS as STUDY_FILE
 from shared_data import available, needs
 
@@ -68,7 +68,7 @@ def test_instructions_study_composes_all_four_steps_to_the_published_digests():
     raw = json.loads(STUDY_FILE.read_text(encoding="utf-8"))
     assert config["instructions"]["base"] == raw["base"]
     assert config["instructions"]["paragraphs"] == raw["paragraphs"]
-    from lme.design import canonical_design
+    from lme.config.design import canonical_design
 
     canonical = canonical_design(config)  # what prereg freezes: the texts, not where the file lies
     assert "source" not in canonical["instructions"]

@@ -20,8 +20,8 @@ from lme.data.load import load_questions
 from lme.data.records import Question, Session, Turn
 from lme.data.sample import SAMPLE_PATH
 from lme.data.splits import committed_split, make_study_split, split_ids, study_group
-from lme.design import compose_design
-from lme.errors import LmeError
+from lme.config.design import compose_design
+from lme.util.errors import LmeError
 from lme.judge import build_judge_prompt, make_judge, parse_verdict
 from lme.memory.base import Memory
 from lme.memory.dates import resolve_relative_dates
@@ -30,7 +30,7 @@ from lme.memory.user_log import UserLogMemoryBuilder, format_study_resolved_line
 from lme.models.cache import CallCache
 from lme.models.gateway import Gateway, ModelSpec
 from lme.retrieval.fts5 import FTS5Retriever
-from lme.run import Journal, run_questions
+from lme.answer.run import Journal, run_questions
 from judging import OFFLINE_TEMPLATES
 from shared_data import ORACLE, TEMPLATES, needs
 

@@ -159,9 +159,9 @@ def test_a_sweep_unlike_its_preregistration_refuses_before_its_parent_run_exists
 def test_a_sweep_of_its_planned_seeds_passes_the_check(record):
     """The check refuses what differs, not a preregistered sweep: its seeds and design pass (in-process, the
     compared record computed once for both seeds)."""
-    from lme.before_run import BeforeRun
+    from lme.study.before_run import BeforeRun
     from lme.cli import compose_config
-    from lme.design import design_from_config
+    from lme.config.design import design_from_config
 
     checks = BeforeRun()
     for seed in (1, 2):
@@ -204,7 +204,7 @@ def test_a_job_refusing_before_its_run_gives_the_parent_its_reason(tmp_path):
 
 def test_the_compressed_sample_passes_the_data_check(tmp_path):
     """The first-bytes check reads a compressed file as the loader does (no false refusal)."""
-    from lme.before_run import sniff_data_file
+    from lme.study.before_run import sniff_data_file
 
     for path, compress in ((tmp_path / "s.json.xz", lzma.compress), (tmp_path / "s.json.gz", gzip.compress)):
         path.write_bytes(compress(SAMPLE_PATH.read_bytes()))
@@ -256,9 +256,9 @@ def test_a_key_that_cannot_be_sent_is_refused_before_a_sweep_starts(tmp_path, mo
 
 @pytest.mark.parametrize("case", list(KEY_CASES), ids=list(KEY_CASES))
 def test_every_kind_of_unsendable_key_is_one_sentence_naming_the_character(monkeypatch, case):
-    """The check the CLI runs before Hydra (`lme.before_run` -> `preflight`), for each kind of character: one
+    """The check the CLI runs before Hydra (`lme.study.before_run` -> `preflight`), for each kind of character: one
     sentence with the variable, the character's position and code point, and no part of the key."""
-    from lme.errors import LmeError
+    from lme.util.errors import LmeError
     from lme.models.gateway import ModelSpec, preflight
 
     value, says = KEY_CASES[case]

@@ -15,9 +15,9 @@ from lme.data.sample import SAMPLE_PATH
 from lme.memory.base import Memory
 from lme.models.gateway import CallResult
 from lme.retrieval.base import Ranking
-from lme.run import MemoryEvent, Outcome, QuestionRecord, ReadEvent
-from lme.traces import BATCH, TraceWriter, messages_sha256
-from lme.tracking import TrackingSettings, client_for, experiment_id
+from lme.answer.run import MemoryEvent, Outcome, QuestionRecord, ReadEvent
+from lme.tracking.traces import BATCH, TraceWriter, messages_sha256
+from lme.tracking.runs import TrackingSettings, client_for, experiment_id
 
 
 def _settings(tmp_path, traces="full"):
@@ -149,8 +149,8 @@ def test_the_helper_started_early_imports_the_store_modules_before_any_job_and_i
     """`start_helper` (called while a study starts up) starts the helper and has it import MLflow's store
     modules at once, before any job hands it a trace; the first job's writer then uses that same process.
     With tracking off it starts nothing."""
-    from lme.helper import running_helper, stop_helper
-    from lme.traces import start_helper
+    from lme.tracking.helper import running_helper, stop_helper
+    from lme.tracking.traces import start_helper
 
     stop_helper()  # a fresh helper for this test: an earlier test's may be running
     start_helper(replace(_settings(tmp_path), enabled=False))

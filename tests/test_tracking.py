@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from lme.tracking import JobRun, TrackingSettings, across_seed_metrics, flatten, params_from_config
+from lme.tracking.runs import JobRun, TrackingSettings, across_seed_metrics, flatten, params_from_config
 
 
 def _settings(tmp_path) -> TrackingSettings:
@@ -75,7 +75,7 @@ def test_a_dataset_another_job_registered_first_is_linked_not_a_failure(tmp_path
 
     from mlflow.exceptions import MlflowException
 
-    from lme.tracking import DataInput
+    from lme.tracking.runs import DataInput
 
     settings = _settings(tmp_path)
     first, second = JobRun(settings, "a", {"lme.role": "job"}), JobRun(settings, "b", {"lme.role": "job"})
@@ -120,7 +120,7 @@ def test_the_store_modules_are_imported_without_opening_or_creating_anything(tmp
     store = tmp_path / "mlflow.db"
     code = (
         "import sys\n"
-        "from lme.tracking import TrackingSettings, import_store_modules\n"
+        "from lme.tracking.runs import TrackingSettings, import_store_modules\n"
         "assert 'mlflow' not in sys.modules\n"
         f"import_store_modules(TrackingSettings(uri='sqlite:///{store}', artifact_location='{tmp_path / 'mlruns'}'))\n"
         "print('sqlalchemy_store' in str(sorted(sys.modules)), 'mlflow.tracking.client' in sys.modules)\n"
@@ -136,7 +136,7 @@ def _store_with_an_experiment(tmp_path, view: str | None = None):
     """A store whose experiment an older lme made: without lme's runs view, or with `view`."""
     from mlflow.tracking import MlflowClient
 
-    from lme.tracking import RUNS_VIEW_TAG
+    from lme.tracking.runs import RUNS_VIEW_TAG
 
     settings = _settings(tmp_path)
     client = MlflowClient(settings.uri)
@@ -145,7 +145,7 @@ def _store_with_an_experiment(tmp_path, view: str | None = None):
 
 
 def _view(client, experiment):
-    from lme.tracking import RUNS_VIEW_TAG
+    from lme.tracking.runs import RUNS_VIEW_TAG
 
     return client.get_experiment(experiment).tags.get(RUNS_VIEW_TAG)
 
@@ -157,7 +157,7 @@ def test_a_new_experiment_is_created_with_the_runs_view(tmp_path, monkeypatch):
 
     from mlflow.tracking import MlflowClient
 
-    from lme.tracking import experiment_id, runs_view_state
+    from lme.tracking.runs import experiment_id, runs_view_state
 
     settings = _settings(tmp_path)
     tag_writes = []
@@ -183,7 +183,7 @@ def test_a_runs_view_write_that_lost_the_race_is_not_a_failure(tmp_path, monkeyp
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from lme.tracking import experiment_id, runs_view_state
+    from lme.tracking.runs import experiment_id, runs_view_state
 
     settings, client, created = _store_with_an_experiment(tmp_path)
     real_set = MlflowClient.set_experiment_tag
@@ -206,7 +206,7 @@ def test_a_view_write_failing_for_another_reason_is_raised_at_once(tmp_path, mon
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from lme.tracking import experiment_id
+    from lme.tracking.runs import experiment_id
 
     settings, client, created = _store_with_an_experiment(tmp_path, view='{"old": true}')
     calls = []
@@ -228,7 +228,7 @@ def test_jobs_repairing_the_same_orphan_at_once_both_start(tmp_path, monkeypatch
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from lme.tracking import FAILURE_TAG, repair_orphans
+    from lme.tracking.runs import FAILURE_TAG, repair_orphans
 
     settings = _settings(tmp_path)
     orphan = JobRun(settings, "killed", {"lme.role": "job"}, owner=ORPHAN_OWNER)
@@ -277,7 +277,7 @@ def test_jobs_starting_together_after_a_kill_all_start(tmp_path):
     start = time.time() + 12
     code = (
         "import sys, time\n"
-        "from lme.tracking import JobRun, TrackingSettings, client_for\n"
+        "from lme.tracking.runs import JobRun, TrackingSettings, client_for\n"
         f"settings = TrackingSettings(uri={settings.uri!r}, artifact_location={settings.artifact_location!r})\n"
         "client_for(settings)\n"
         f"while time.time() < {start!r}: pass\n"  # all on the CPU at the instant, not waking one by one

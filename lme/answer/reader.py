@@ -10,8 +10,8 @@ from typing import Any
 
 from lme.data.dates import format_moment
 from lme.data.records import Question
-from lme.errors import LmeError
-from lme.memo import TextMemo
+from lme.util.errors import LmeError
+from lme.util.memo import TextMemo
 from lme.memory.base import Memory
 from lme.models.gateway import ModelSpec
 

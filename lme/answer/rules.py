@@ -37,7 +37,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lme.errors import LmeError
+from lme.util.errors import LmeError
 
 ON_VALUES: tuple[str, ...] = ("question", "answer")
 FIRST_PASS_VIEW = "first_pass"  # the view that is the first pass's own memory

@@ -1,6 +1,6 @@
 """Per-step figures of re-read runs, for MLflow: a job's metrics and a multirun parent's `steps.json`.
 
-The measures themselves are `lme.measures.step_table` (the report's per-step
+The measures themselves are `lme.reporting.measures.step_table` (the report's per-step
 table); this module only names and shapes them for tracking.
 """
 
@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from lme.measures import step_table
+from lme.reporting.measures import step_table
 
 Row = Mapping[str, Any]
 
@@ -32,7 +32,7 @@ def question_ids(runs: Sequence[Sequence[Row]]) -> list[str]:
 
 
 def steps_table(runs: Sequence[Sequence[Row]]) -> list[dict[str, Any]]:
-    """`lme.measures.step_table` over the runs' questions, as plain dicts."""
+    """`lme.reporting.measures.step_table` over the runs' questions, as plain dicts."""
     return [asdict(entry) for entry in step_table(runs, question_ids(runs))]
 
 

@@ -23,8 +23,8 @@ from pathlib import Path
 from types import MappingProxyType
 
 from lme.answer.reader import compose_instruction
-from lme.errors import LmeError
-from lme.hashing import sha256_text
+from lme.util.errors import LmeError
+from lme.util.hashing import sha256_text
 
 # Each step's paragraphs after the base instruction, in the study's order (its appendix).
 STUDY_STEPS: Mapping[str, tuple[str, ...]] = MappingProxyType({

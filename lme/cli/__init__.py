@@ -15,8 +15,8 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 
 from lme import CONF_DIR  # noqa: F401  (the config root; also imported from here)
-from lme.compose import compose_config, prereg_alias, split_overrides  # noqa: F401  (also imported from here)
-from lme.errors import EXIT_INCOMPLETE, EXIT_INTERRUPTED, LmeError
+from lme.config.compose import compose_config, prereg_alias, split_overrides  # noqa: F401  (also imported from here)
+from lme.util.errors import EXIT_INCOMPLETE, EXIT_INTERRUPTED, LmeError
 
 # name -> (module, function taking argv, one-line description)
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {}
@@ -64,7 +64,7 @@ def print_help(args: Sequence[str]) -> None:
     """lme's usage, then Hydra's help for a run (config groups, the composed config); exits 0."""
     print(_usage())
     print("\nA run's overrides and config groups (Hydra):\n", flush=True)
-    from lme.hydra_run import run_hydra
+    from lme.study.hydra_run import run_hydra
 
     run_hydra([*prereg_alias(args), "hydra.help.app_name=python -m lme"])
     sys.exit(0)
@@ -100,7 +100,7 @@ def run_subcommand(name: str, argv: Sequence[str]) -> int:
 def refuse_secret_arguments_or_exit(args: Sequence[str]) -> None:
     """A key anywhere in the arguments (a run's or a subcommand's) stops here with one sentence and exit 2,
     before anything is written."""
-    from lme.secrets import refuse_secret_arguments
+    from lme.util.secrets import refuse_secret_arguments
 
     try:
         refuse_secret_arguments(args)
@@ -118,14 +118,14 @@ def check_config_before_hydra(args: Sequence[str]) -> None:
     """The config a run (or each job of a multirun, one sweep value at a time) would compose, checked before
     Hydra starts, which writes the overrides and the composed config into the run directory (and, for a
     multirun, lme's callback creates the parent MLflow run) before any job runs: a key anywhere in it (a design
-    file, a user's config dir on `hydra.searchpath`) and every value against its rule (`lme.config_check`).
+    file, a user's config dir on `hydra.searchpath`) and every value against its rule (`lme.config.check`).
     Each combination is composed once for both checks. Then, for every combination, what its job would check
-    before its run (`lme.before_run`: models' credentials, judge templates, the data file, a preregistration
+    before its run (`lme.study.before_run`: models' credentials, judge templates, the data file, a preregistration
     record), each distinct thing once. Anything wrong stops with one sentence and exit 2 before any directory
     or MLflow run exists; a config that does not compose is left to Hydra, which lists the valid options."""
-    from lme.design import design_from_config
-    from lme.compose import override_combinations
-    from lme.secrets import refuse_secrets
+    from lme.config.design import design_from_config
+    from lme.config.compose import override_combinations
+    from lme.util.secrets import refuse_secrets
 
     designs = []
     for overrides in override_combinations(args, every_value=True) or []:
@@ -141,7 +141,7 @@ def check_config_before_hydra(args: Sequence[str]) -> None:
             sys.exit(2)
     if any(arg.split("=", 1)[0] in _NOT_A_RUN for arg in args):
         return
-    from lme.before_run import check_before_run
+    from lme.study.before_run import check_before_run
 
     try:
         check_before_run(designs)
@@ -152,8 +152,8 @@ def check_config_before_hydra(args: Sequence[str]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """`python -m lme ...`: every line it prints (its messages, Hydra's and litellm's logs, a traceback) goes through
-    `lme.secrets.clean`."""
-    from lme.secrets import cleaned_output
+    `lme.util.secrets.clean`."""
+    from lme.util.secrets import cleaned_output
 
     with cleaned_output():
         _main(argv)
@@ -227,7 +227,7 @@ def _main(argv: Sequence[str] | None = None) -> None:
         print(f"lme: error: {unknown}", file=sys.stderr, flush=True)
         sys.exit(2)
     check_config_before_hydra(prereg_alias(args))
-    from lme.hydra_run import run_hydra
+    from lme.study.hydra_run import run_hydra
 
     try:
         run_hydra(prereg_alias(args))
@@ -240,8 +240,8 @@ def _main(argv: Sequence[str] | None = None) -> None:
 def study_exit_status() -> int:
     """0 when every job of this process finished whole; `EXIT_INCOMPLETE` when a job finished with missing
     answers or verdicts, or a multirun's job failed (README, "Exit statuses")."""
-    job = sys.modules.get("lme.job")
-    tracking = sys.modules.get("lme.tracking")
+    job = sys.modules.get("lme.study.job")
+    tracking = sys.modules.get("lme.tracking.runs")
     incomplete = bool(job is not None and job.INCOMPLETE_JOBS)
     failed = bool(tracking is not None and tracking.FAILED_STUDIES)
     return EXIT_INCOMPLETE if incomplete or failed else 0

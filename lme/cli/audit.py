@@ -1,4 +1,4 @@
-"""`python -m lme audit [--all-designs] [--json] [overrides]`: the leakage audit (`lme.audit` scans).
+"""`python -m lme audit [--all-designs] [--json] [overrides]`: the leakage audit (`lme.provenance.audit` scans).
 
 Exit status: 1 when any hit is not a common word, else 0.
 """
@@ -27,9 +27,9 @@ def _parser() -> ArgumentParser:
 
 
 def main(argv: Sequence[str]) -> int:
-    from lme.audit import audit_runs, format_hit, scan, summary_lines
-    from lme.design import compose_design
-    from lme.compose import split_overrides
+    from lme.provenance.audit import audit_runs, format_hit, scan, summary_lines
+    from lme.config.design import compose_design
+    from lme.config.compose import split_overrides
 
     overrides, rest = split_overrides(argv)
     args = _parser().parse_args(rest)

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lme.errors import LmeError
+from lme.util.errors import LmeError
 
 USAGE = ("usage: python -m lme cache merge SOURCE [SOURCE ...] [--into FILE] [overrides] | "
          "cache export FILE [--model MODEL] [--cache FILE] [--force] [overrides] | "
@@ -36,8 +36,8 @@ USAGE = ("usage: python -m lme cache merge SOURCE [SOURCE ...] [--into FILE] [ov
 
 
 def main(argv: Sequence[str]) -> int:
-    from lme.compose import split_overrides
-    from lme.design import compose_design
+    from lme.config.compose import split_overrides
+    from lme.config.design import compose_design
     from lme.models.cache import merge_caches
 
     overrides, rest = split_overrides(argv)
@@ -76,7 +76,7 @@ def embedding_cache_path(overrides: Sequence[str]) -> Path:
     """The embedding cache of the composed config: its semantic retriever's `cache_path` (hybrid's semantic
     part's), else `<cache_dir>/embeddings.sqlite`."""
     from lme.cli.embed import semantic_parts
-    from lme.design import compose_design
+    from lme.config.design import compose_design
 
     design = compose_design(overrides)
     paths = {part.cache.path for part in semantic_parts(design.build_retriever()) if part.cache.path is not None}

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from lme.cli.parser import make_parser
-from lme.errors import LmeError
+from lme.util.errors import LmeError
 from lme.models.ledger import counted_dollars, read_rows
 
 DEFAULT_FOLDERS = ("multirun", "outputs")
@@ -68,12 +68,12 @@ _RESTORE = "restore the job folder's .hydra/ files or move the folder out of the
 
 
 def _hydra_file(path: Path, shape: type) -> Any:
-    """One of Hydra's files in a job's `.hydra/` (read safely: `lme.yamlfile.read_yaml`), or None when it is
+    """One of Hydra's files in a job's `.hydra/` (read safely: `lme.util.yamlfile.read_yaml`), or None when it is
     absent; `LmeError` naming it when it cannot be read, is not YAML lme can read, is empty or ends mid-line
     (Hydra writes every one of them whole, each line ended: an empty one or one cut short is a write that
     failed, whose values cannot be trusted), or is not of `shape` (a mapping for config.yaml and hydra.yaml,
     a list for overrides.yaml)."""
-    from lme.yamlfile import read_yaml
+    from lme.util.yamlfile import read_yaml
 
     if not os.path.lexists(path):
         return None
@@ -181,7 +181,7 @@ class _Composer:
 
     def __call__(self, overrides: tuple[str, ...]) -> tuple[Path, str]:
         if overrides not in self.done:
-            from lme.design import compose_design
+            from lme.config.design import compose_design
 
             design = compose_design(list(overrides))
             self.done[overrides] = (design.ledger_path, design.study)
@@ -191,7 +191,7 @@ class _Composer:
 def read_job(path: Path, compose: _Composer) -> JobFolder:
     """One job folder: its design, seed, ledger and name in it (from `.hydra/`), and its journal's rows.
     Every file is checked as it is read: a fault in any of them is one `LmeError` naming the file."""
-    from lme.run import Journal
+    from lme.answer.run import Journal
 
     hydra = path / ".hydra"
     config_path, hydra_path, overrides_path = hydra / "config.yaml", hydra / "hydra.yaml", hydra / "overrides.yaml"
@@ -300,7 +300,7 @@ class Spend:
     ledger_jobs: set[str] = field(default_factory=set)
 
     def add_rows(self, rows: Sequence[Mapping[str, Any]]) -> None:
-        from lme.measures import row_call_totals
+        from lme.reporting.measures import row_call_totals
 
         for row in rows:
             for part in ("reader", "judge", "memory"):
@@ -507,7 +507,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str]) -> int:
-    from lme.compose import split_overrides
+    from lme.config.compose import split_overrides
 
     overrides, rest = split_overrides(argv)
     args = _parser().parse_args(rest)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lme.cli.parser import ArgumentParser, make_parser
-from lme.errors import LmeError
+from lme.util.errors import LmeError
 
 if TYPE_CHECKING:
     from lme.data.fetch import FetchResult
@@ -127,7 +127,7 @@ def fetch_command(
     Raises `LmeError` (one sentence) on any refusal; the CLI prints it and exits 2.
     `dataset_pins` and `template_pins` replace lme's pins (tests only).
     """
-    from lme.compose import split_overrides
+    from lme.config.compose import split_overrides
     from lme.data.fetch import (
         DATASETS,
         REPO_ID,
@@ -139,14 +139,14 @@ def fetch_command(
         user_pins_path,
     )
     from lme.data.judge_templates import LONGMEMEVAL_TEMPLATE_SHA256
-    from lme.progress import config_flag, enabled_as
+    from lme.util.progress import config_flag, enabled_as
 
     args = list(argv)
     if args[:1] == ["fetch"]:
         args = args[1:]
     overrides, rest = split_overrides(args)
     options = fetch_parser().parse_args(rest)
-    from lme.design import compose_design
+    from lme.config.design import compose_design
 
     design = compose_design(overrides)
     data_dir = design.data_dir
@@ -263,7 +263,7 @@ def survey(data_dir: Path, verify: bool = False) -> list[dict[str, Any]]:
 
 
 def _verified(key: str, path: Path) -> str:
-    from lme.errors import LmeError
+    from lme.util.errors import LmeError
 
     try:
         if key == "templates":
@@ -280,9 +280,9 @@ def _verified(key: str, path: Path) -> str:
 
 def where_command(argv: Sequence[str], out: Callable[[str], None] | None = None) -> int:
     """`python -m lme data where [--verify] [--json] [overrides]`: what the data folder holds."""
-    from lme.compose import split_overrides
+    from lme.config.compose import split_overrides
     from lme.data import folder
-    from lme.design import compose_design
+    from lme.config.design import compose_design
 
     overrides, rest = split_overrides(argv)
     parser = make_parser(
@@ -318,7 +318,7 @@ def where_command(argv: Sequence[str], out: Callable[[str], None] | None = None)
 
 
 def stats_command(argv: Sequence[str]) -> int:
-    from lme.compose import split_overrides
+    from lme.config.compose import split_overrides
     from lme.data.dataset import load_dataset
     from lme.data.stats import dataset_stats, format_table, stats_json
 
@@ -326,7 +326,7 @@ def stats_command(argv: Sequence[str]) -> int:
     parser = make_parser("python -m lme data stats", "Dataset statistics, no model call.")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     options = parser.parse_args(rest)
-    from lme.design import compose_design
+    from lme.config.design import compose_design
 
     path, questions = load_dataset(compose_design(overrides).dataset)
     stats = dataset_stats(questions)
@@ -338,9 +338,9 @@ def stats_command(argv: Sequence[str]) -> int:
 
 
 def split_command(argv: Sequence[str]) -> int:
-    from lme.compose import split_overrides
+    from lme.config.compose import split_overrides
     from lme.data.load import load_questions
-    from lme.design import compose_design
+    from lme.config.design import compose_design
     from lme.data.splits import (
         DEV_SIZE,
         SPLIT_RULES,

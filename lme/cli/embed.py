@@ -29,10 +29,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from lme.cli.parser import make_parser
-from lme.errors import EXIT_BUDGET, EXIT_INTERRUPTED, EXIT_SYSTEMIC, LmeError
+from lme.util.errors import EXIT_BUDGET, EXIT_INTERRUPTED, EXIT_SYSTEMIC, LmeError
 
 if TYPE_CHECKING:
-    from lme.design import Design
+    from lme.config.design import Design
 
 PROG = "python -m lme embed"
 STREAM_GROUP = 50  # questions per pass over a streamed file (LongMemEval-M): memory grows with this, not the file
@@ -75,9 +75,9 @@ def summary_line(name: str, model_id: str, requested: int, hits: int, encoded: i
 
 
 def main(argv: Sequence[str]) -> int:
-    from lme.compose import split_overrides
-    from lme.design import compose_design
-    from lme.progress import config_flag, enabled_as
+    from lme.config.compose import split_overrides
+    from lme.config.design import compose_design
+    from lme.util.progress import config_flag, enabled_as
 
     overrides, rest = split_overrides(argv)
     _parser().parse_args(rest)

@@ -1,5 +1,5 @@
 """`python -m lme estimate [overrides] [-m]`: expected calls and dollars per design and seed, before any model
-call (`lme.estimate` counts them; see its docstring)."""
+call (`lme.study.estimate` counts them; see its docstring)."""
 
 from __future__ import annotations
 
@@ -9,16 +9,16 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from lme.cli.parser import ArgumentParser, make_parser
-from lme.errors import LmeError
+from lme.util.errors import LmeError
 
 if TYPE_CHECKING:
-    from lme.design import Design
+    from lme.config.design import Design
 
 PROG = "python -m lme estimate"
 
 
 def _parser() -> ArgumentParser:
-    import lme.estimate as estimate
+    import lme.study.estimate as estimate
 
     parser = make_parser(
         PROG,
@@ -36,9 +36,9 @@ def _is_seed(override: str) -> bool:
 
 
 def main(argv: Sequence[str]) -> int:
-    from lme.compose import expand_sweeps, split_overrides
-    from lme.design import compose_design
-    from lme.estimate import estimate_design, format_estimate
+    from lme.config.compose import expand_sweeps, split_overrides
+    from lme.config.design import compose_design
+    from lme.study.estimate import estimate_design, format_estimate
 
     overrides, rest = split_overrides(argv)
     _, unknown = _parser().parse_known_args(rest)

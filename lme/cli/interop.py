@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from lme.cli.parser import make_parser
-from lme.errors import LmeError
-from lme.files import write_text_atomic
-from lme.secrets import clean
-from lme.interop import (
+from lme.util.errors import LmeError
+from lme.util.files import write_text_atomic
+from lme.util.secrets import clean
+from lme.reporting.interop import (
     OFFICIAL_JUDGE_MODEL,
     compare_verdicts,
     hypotheses_jsonl,
@@ -36,7 +36,7 @@ from lme.interop import (
 
 def find_job(settings, name: str):
     """The job run with this id, or the latest job run with this name."""
-    from lme.report_source import JOB, PARENT, list_runs
+    from lme.tracking.report_source import JOB, PARENT, list_runs
 
     runs = list_runs(settings)
     match = [r for r in runs if r.run_id == name] or sorted(
@@ -56,7 +56,7 @@ def find_job(settings, name: str):
 
 
 def job_rows(settings, name: str) -> tuple[Any, list[dict[str, Any]]]:
-    from lme.tracking import read_outcome_rows
+    from lme.tracking.runs import read_outcome_rows
 
     run = find_job(settings, name)
     finished = run.status == "FINISHED"  # a finished job logged its outcomes, whole: a missing or short one is lost
@@ -69,7 +69,7 @@ def job_rows(settings, name: str) -> tuple[Any, list[dict[str, Any]]]:
 
 
 def lme_verdicts(rows: Sequence[Mapping[str, Any]]) -> tuple[dict[str, bool], dict[str, str]]:
-    from lme.report import correct_map
+    from lme.reporting.report import correct_map
 
     return correct_map(rows), {row["question_id"]: row["question_type"] for row in rows}
 
@@ -84,7 +84,7 @@ def _judge_words(run) -> str:
 
 
 def export_main(argv: Sequence[str]) -> int:
-    from lme.compose import split_overrides
+    from lme.config.compose import split_overrides
     from lme.cli.report import tracking_settings
 
     overrides, rest = split_overrides(argv)
@@ -95,7 +95,7 @@ def export_main(argv: Sequence[str]) -> int:
     args = parser.parse_args(rest)
     settings = tracking_settings(overrides)
     run, rows = job_rows(settings, args.run)
-    text = hypotheses_jsonl(clean(rows))  # lme.secrets: a hypothesis never carries a secret out
+    text = hypotheses_jsonl(clean(rows))  # lme.util.secrets: a hypothesis never carries a secret out
     missing = sum(1 for row in rows if row.get("answer") is None)
     verdicts, types = lme_verdicts(rows)
     summary = [
@@ -121,7 +121,7 @@ def reference_types(path: Path) -> dict[str, str]:
 
 
 def import_main(argv: Sequence[str]) -> int:
-    from lme.compose import split_overrides
+    from lme.config.compose import split_overrides
 
     overrides, rest = split_overrides(argv)
     parser = make_parser("python -m lme import-eval",

@@ -7,7 +7,7 @@
 The overrides are a run's (`+design=first_pass`, `memory=user_log`, `dataset.path=FILE`,
 `split=dev`, `limit=20`, ...): the questions are selected as a run selects them
 (`lme.data.dataset.load_dataset`), the design's retriever is built and handed to its memory
-(or, with `--view NAME`, to the view of the `view` config group) through `lme.components`.
+(or, with `--view NAME`, to the view of the `view` config group) through `lme.config.components`.
 
 Output (stdout; progress goes to stderr: a bar on a terminal, a line every 30 s
 otherwise, none with `progress=false`):
@@ -38,11 +38,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lme.cli.parser import make_parser
-from lme.errors import LmeError
+from lme.util.errors import LmeError
 
 if TYPE_CHECKING:
     from lme.data.select import Selection
-    from lme.design import Design
+    from lme.config.design import Design
 
 PROG = "python -m lme memory"
 
@@ -184,7 +184,7 @@ def view_overrides(overrides: Sequence[str], view: str) -> list[str]:
     """The overrides that select view `view`: `view=NAME` when the primary config's defaults list
     holds the `view` group, `+view=NAME` when it does not; unchanged when the user selected one."""
     from lme import CONF_DIR
-    from lme.compose import in_defaults
+    from lme.config.compose import in_defaults
 
     known = sorted(path.stem for path in (CONF_DIR / "view").glob("*.yaml"))
     if view not in known:
@@ -226,9 +226,9 @@ def _emit(text: str) -> None:
 
 
 def main(argv: Sequence[str]) -> int:
-    from lme.compose import split_overrides
-    from lme.design import compose_design
-    from lme.progress import config_flag, enabled_as
+    from lme.config.compose import split_overrides
+    from lme.config.design import compose_design
+    from lme.util.progress import config_flag, enabled_as
 
     overrides, rest = split_overrides(argv)
     options = _parser().parse_args(rest)
@@ -248,7 +248,7 @@ def main(argv: Sequence[str]) -> int:
 
 def _main(design: Design, options: argparse.Namespace) -> int:
     from lme.data.dataset import load_dataset
-    from lme.progress import progress
+    from lme.util.progress import progress
 
     data_path, questions = load_dataset(design.dataset)
     if options.question is not None:

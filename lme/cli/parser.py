@@ -8,7 +8,7 @@ Every subcommand builds its parser with `make_parser(prog, description, ...)`, s
 - `-h`/`--help` prints argparse's help to stdout and exits 0;
 - sub-parsers (`add_subparsers().add_parser(...)`) are of the same class, so they behave the same way.
 
-Config overrides (`key=value`, `+design=NAME`) are split off before parsing (`lme.compose.split_overrides`).
+Config overrides (`key=value`, `+design=NAME`) are split off before parsing (`lme.config.compose.split_overrides`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, NoReturn
 
-from lme.errors import LmeError
+from lme.util.errors import LmeError
 
 
 class ArgumentParser(argparse.ArgumentParser):

@@ -1,5 +1,5 @@
 """`python -m lme prereg freeze|verify`: freeze a composed design into a preregistration record, or verify
-the current config against one (`lme.prereg` holds the record itself)."""
+the current config against one (`lme.provenance.prereg` holds the record itself)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import lme.prereg as prereg  # code_version looked up at call time (tests replace it)
+import lme.provenance.prereg as prereg  # code_version looked up at call time (tests replace it)
 from lme.cli.parser import make_parser
-from lme.prereg import (
+from lme.provenance.prereg import (
     DEFAULT_PRIMARY,
     DEFAULT_SEEDS,
     Difference,
@@ -56,12 +56,12 @@ def _plan(args: argparse.Namespace, base: Plan) -> Plan:
 
 def record_for(overrides: Sequence[str], plan: Plan, **kwargs: Any) -> dict[str, Any]:
     """Compose the config as a run would, refuse it as a run refuses it when it holds a secret (an override, a
-    design file, a user's config dir: `lme.secrets.refuse_secrets` on the composed config, before anything is
+    design file, a user's config dir: `lme.util.secrets.refuse_secrets` on the composed config, before anything is
     resolved or written), load its questions and build the record."""
-    from lme.compose import compose_config
+    from lme.config.compose import compose_config
     from lme.data.dataset import load_dataset
-    from lme.design import design_from_config
-    from lme.secrets import refuse_secret_arguments, refuse_secrets
+    from lme.config.design import design_from_config
+    from lme.util.secrets import refuse_secret_arguments, refuse_secrets
 
     refuse_secret_arguments(list(overrides))  # as `python -m lme` does first (a record's own overrides too)
     config = compose_config(list(overrides))
@@ -94,7 +94,7 @@ def verify(path: Path, overrides: Sequence[str], plan_args: argparse.Namespace |
 
 
 def main(argv: Sequence[str]) -> int:
-    from lme.compose import split_overrides
+    from lme.config.compose import split_overrides
 
     overrides, rest = split_overrides(argv)
     args = _parser().parse_args(rest)

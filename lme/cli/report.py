@@ -30,9 +30,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lme.cli.parser import make_parser
-from lme.errors import LmeError
-from lme.files import cannot_write, write_text_atomic
-from lme.measures import DEFAULT_BOOTSTRAP_SEED, DEFAULT_RESAMPLES
+from lme.util.errors import LmeError
+from lme.util.files import cannot_write, write_text_atomic
+from lme.reporting.measures import DEFAULT_BOOTSTRAP_SEED, DEFAULT_RESAMPLES
 
 REPORT_MD = "report.md"
 REPORT_JSON = "report.json"
@@ -67,7 +67,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def tracking_settings(overrides: Sequence[str]):
-    from lme.design import compose_design
+    from lme.config.design import compose_design
 
     return compose_design(overrides).tracking
 
@@ -104,7 +104,7 @@ def log_report_run(settings, report, files: Sequence[Path], names: Sequence[str]
     shown as images) and its headline measures; the study's experiment and its charts hold only study runs."""
     from dataclasses import replace
 
-    from lme.tracking import JobRun
+    from lme.tracking.runs import JobRun
 
     run = JobRun(
         replace(settings, experiment=settings.experiment + REPORTS_SUFFIX),
@@ -137,7 +137,7 @@ PREREG_DIR = Path("prereg")
 
 def _checked_record(path: Path) -> dict:
     """A record whose `record_sha256` is the digest of its contents; one sentence otherwise."""
-    from lme.prereg import load_record, record_digest
+    from lme.provenance.prereg import load_record, record_digest
 
     record = load_record(path)
     if record_digest(record) != record.get("record_sha256"):
@@ -148,8 +148,8 @@ def _checked_record(path: Path) -> dict:
 def preregistrations(sources, paths: Sequence[Path], search: Path = PREREG_DIR) -> list:
     """The records the report states first: those the reported jobs are tagged with (in report order), then
     those given with --prereg; a tag whose record is not found becomes a statement that says so."""
-    from lme.prereg import prereg_facts
-    from lme.report import Preregistration
+    from lme.provenance.prereg import prereg_facts
+    from lme.reporting.report import Preregistration
 
     records: dict[str, tuple[dict, str]] = {}
     for path in paths:
@@ -191,10 +191,10 @@ def preregistrations(sources, paths: Sequence[Path], search: Path = PREREG_DIR) 
 
 
 def main(argv: Sequence[str]) -> int:
-    from lme.compose import split_overrides
-    from lme.report import build_report, parse_pairs, render_markdown, report_json
-    from lme.report_source import load_sources
-    from lme.secrets import clean
+    from lme.config.compose import split_overrides
+    from lme.reporting.report import build_report, parse_pairs, render_markdown, report_json
+    from lme.tracking.report_source import load_sources
+    from lme.util.secrets import clean
 
     overrides, rest = split_overrides(argv)
     args = _parser().parse_args(rest)
@@ -207,11 +207,11 @@ def main(argv: Sequence[str]) -> int:
     pairs = parse_pairs(args.pairs, labels) if args.pairs else None
     report = build_report(designs, pairs, args.resamples, args.bootstrap_seed, notes=sources.notes,
                           preregistrations=preregistrations(sources, args.prereg))
-    markdown = clean(render_markdown(report))  # lme.secrets: what is printed, written and logged
+    markdown = clean(render_markdown(report))  # lme.util.secrets: what is printed, written and logged
     payload = json.dumps(clean(report_json(report)), indent=2, sort_keys=True) + "\n"
     print(payload if args.json else markdown, end="", flush=True)
     if args.out is not None:
-        from lme.plots import write_plots
+        from lme.reporting.plots import write_plots
 
         out: Path = args.out
         write_text_atomic(out / REPORT_MD, markdown)

@@ -7,7 +7,7 @@ The overrides are a run's (`+design=bm25`, `dataset.path=FILE`, `limit=20`,
 and docs/retrieval.md) goes to stdout as Markdown tables or one JSON object,
 and to MLflow as a run tagged `lme.role=retrieval` unless `tracking.enabled=false`.
 Progress (questions ranked, rate, ETA) goes to stderr: a bar on a terminal, a
-line every 30 s otherwise (`lme.progress`); `progress=false` turns it off.
+line every 30 s otherwise (`lme.util.progress`); `progress=false` turns it off.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from lme.retrieval.metrics import (
 )
 
 if TYPE_CHECKING:
-    from lme.design import Design
+    from lme.config.design import Design
 
 PER_QUESTION_ARTIFACT = "retrieval_per_question.jsonl"
 REPORT_ARTIFACT = "retrieval.json"
@@ -147,9 +147,9 @@ def rank_and_score(
     official: list[dict[str, float]] | None = None,
 ) -> list[QuestionScores]:
     """Each question ranked (all its turns, never fewer than max(ks)) and scored, with progress on stderr
-    (`lme.progress`: questions done, rate, ETA); with `official`, LongMemEval's own measures of each ranking
+    (`lme.util.progress`: questions done, rate, ETA); with `official`, LongMemEval's own measures of each ranking
     are appended to it (user turns only)."""
-    from lme.progress import progress
+    from lme.util.progress import progress
     from lme.retrieval.official import OFFICIAL_KS, official_scores
 
     scores = []
@@ -167,8 +167,8 @@ def rank_and_score(
 def _log_to_mlflow(design: Design, data_path: Any, report: RetrievalReport,
                    scores: Sequence[QuestionScores], retriever_name: str, options: argparse.Namespace,
                    seconds: float, result: Mapping[str, Any], official: OfficialSummary | None = None) -> str | None:
-    from lme.hashing import file_sha256
-    from lme.tracking import JobRun
+    from lme.util.hashing import file_sha256
+    from lme.tracking.runs import JobRun
 
     settings = design.tracking
     if not settings.enabled:
@@ -200,9 +200,9 @@ def _log_to_mlflow(design: Design, data_path: Any, report: RetrievalReport,
 
 
 def main(argv: Sequence[str]) -> int:
-    from lme.compose import split_overrides
-    from lme.design import compose_design
-    from lme.progress import config_flag, enabled_as
+    from lme.config.compose import split_overrides
+    from lme.config.design import compose_design
+    from lme.util.progress import config_flag, enabled_as
 
     overrides, rest = split_overrides(argv)
     options = _parser().parse_args(rest)

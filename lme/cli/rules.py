@@ -4,7 +4,7 @@
 
 The overrides are a run's (`+design=pipeline`, `dataset.path=FILE`, `split=dev`,
 `limit=20`, ...): the rules are composed and checked as a run checks them
-(`lme.design`) and the questions selected as a run selects
+(`lme.config.design`) and the questions selected as a run selects
 them (`lme.data.dataset.load_dataset`). Only rules with `on: question` can be decided
 before a run; rules over the answer (`decline`) are named in a note. A design with routed
 instructions (`rules.routes`) also lists, as `route:NAME`, the questions whose first pass
@@ -90,9 +90,9 @@ def markdown_report(design: str, source: str, selection: Mapping[str, Sequence[s
 
 
 def main(argv: Sequence[str]) -> int:
-    from lme.compose import split_overrides
+    from lme.config.compose import split_overrides
     from lme.data.dataset import load_dataset
-    from lme.design import compose_design
+    from lme.config.design import compose_design
 
     overrides, rest = split_overrides(argv)
     options = _parser().parse_args(rest)

@@ -13,16 +13,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from lme.errors import LmeError
+from lme.util.errors import LmeError
 
 USAGE = "usage: python -m lme runs repair [overrides, e.g. tracking.uri=sqlite:///mlflow.db]"
 
 
 def main(argv: Sequence[str]) -> int:
-    from lme.compose import split_overrides
-    from lme.config_check import tracking_uri
-    from lme.design import compose_design
-    from lme.tracking import client_for, repair_orphans, store_failure
+    from lme.config.compose import split_overrides
+    from lme.config.check import tracking_uri
+    from lme.config.design import compose_design
+    from lme.tracking.runs import client_for, repair_orphans, store_failure
 
     overrides, rest = split_overrides(argv)
     if not rest or rest[0] in ("-h", "--help"):

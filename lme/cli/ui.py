@@ -27,7 +27,7 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
-from lme.errors import LmeError
+from lme.util.errors import LmeError
 
 HINT = "python -m lme ui [--port N] [--host H] [overrides, e.g. tracking.uri=sqlite:///mlflow.db]"
 START_TIMEOUT_S = 120.0  # a server that has not answered by then is stopped, with what it printed
@@ -47,8 +47,8 @@ SERVER_ENV_DEFAULTS = {
 
 def main(argv: Sequence[str]) -> int:
     from lme.cli.parser import make_parser
-    from lme.compose import split_overrides
-    from lme.tracking import UI_HOST, UI_PORT
+    from lme.config.compose import split_overrides
+    from lme.tracking.runs import UI_HOST, UI_PORT
 
     overrides, rest = split_overrides(argv)
     parser = make_parser("python -m lme ui", (__doc__ or "").split("\n\n", 1)[1].strip(), hint=HINT)
@@ -59,8 +59,8 @@ def main(argv: Sequence[str]) -> int:
     if not 0 < options.port < 65536:
         raise LmeError(f"ui: --port {options.port} is not a port (1 to 65535).")
 
-    from lme.design import compose_design
-    from lme.tracking import is_server
+    from lme.config.design import compose_design
+    from lme.tracking.runs import is_server
 
     try:
         settings = compose_design(overrides).tracking
@@ -69,7 +69,7 @@ def main(argv: Sequence[str]) -> int:
         return 130
     if not settings.enabled:
         raise LmeError("ui: tracking is disabled (tracking.enabled=false); there is no store to show.")
-    from lme.config_check import tracking_uri
+    from lme.config.check import tracking_uri
 
     tracking_uri("tracking.uri", settings.uri)  # a URI MLflow cannot use: one sentence
     if is_server(settings):
@@ -81,7 +81,7 @@ def main(argv: Sequence[str]) -> int:
 
 def serve(settings: Any, host: str, port: int) -> int:
     """Run `mlflow server` on the settings' store until Ctrl-C (or SIGTERM); its exit status, 0 when stopped."""
-    from lme.tracking import artifact_location, check_store
+    from lme.tracking.runs import artifact_location, check_store
 
     check_store(settings, create=False)  # missing (names close to it), damaged, locked...: one sentence, no server
     _check_free(host, port)
@@ -230,7 +230,7 @@ def _rest(base: str, endpoint: str, body: dict[str, Any]) -> dict[str, Any]:
 def _give_views(base: str) -> dict[str, str]:
     """Give every active experiment that holds lme's jobs lme's runs view (unless it has this one), through the
     server's REST API; experiment name -> id of those experiments."""
-    from lme.tracking import RUNS_VIEW_TAG, runs_view_state
+    from lme.tracking.runs import RUNS_VIEW_TAG, runs_view_state
 
     value = json.dumps(runs_view_state(), sort_keys=True)
     experiments: list[dict[str, Any]] = []
@@ -256,7 +256,7 @@ def _give_views(base: str) -> dict[str, str]:
 
 
 def _print_addresses(settings: Any, base: str, experiments: dict[str, str], seconds: float | None = None) -> None:
-    from lme.tracking import runs_view_url
+    from lme.tracking.runs import runs_view_url
 
     ready = f" (ready in {seconds:.1f} s)" if seconds is not None else ""
     stop = "; Ctrl-C stops it" if seconds is not None else ""

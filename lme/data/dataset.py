@@ -19,8 +19,8 @@ from pathlib import Path
 from lme.data.load import check_data_file, file_identity, load_questions, read_data
 from lme.data.records import Question
 from lme.data.select import Selection, select_questions
-from lme.errors import LmeError
-from lme.heap import collection_paused, freeze_long_lived
+from lme.util.errors import LmeError
+from lme.util.heap import collection_paused, freeze_long_lived
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ def _load_held(path: Path, key: tuple, data: bytes | None = None) -> list[Questi
         # before the freeze) would walk every object the parse made (S: ~0.2 s holding the GIL).
         with collection_paused():
             _LOADED[key] = load_questions(path, data=data)
-            freeze_long_lived("file", collect_young=False)  # kept until exit: never walked again (lme.heap)
+            freeze_long_lived("file", collect_young=False)  # kept until exit: never walked again (lme.util.heap)
     return _LOADED[key]
 
 

@@ -3,7 +3,7 @@
 `python -m lme data fetch s|m|oracle|templates|all [--record-digest] [overrides]` (the command: `lme.cli.data`)
 
 Data files come from the Hugging Face dataset `xiaowu0162/longmemeval-cleaned`
-at a pinned revision, through `huggingface_hub`, with progress (`lme.progress`:
+at a pinned revision, through `huggingface_hub`, with progress (`lme.util.progress`:
 a tqdm bar on a terminal, a line with bytes, rate and ETA every 30 s otherwise;
 `--no-progress` or the override `progress=false`: none). A file is
 downloaded into a private staging folder inside `data_dir` (same filesystem),
@@ -36,11 +36,11 @@ from typing import Any
 
 from lme.data.folder import content_sha256, locate
 from lme.data.judge_source import extract_templates, verify_templates
-from lme.errors import LmeError, first_line
-from lme.hashing import file_sha256, sha256_text
+from lme.util.errors import LmeError, first_line
+from lme.util.hashing import file_sha256, sha256_text
 from lme.data.judge_templates import LONGMEMEVAL_TEMPLATE_SHA256
-from lme.progress import BYTES, Progress
-from lme.progress import progress as progress_display
+from lme.util.progress import BYTES, Progress
+from lme.util.progress import progress as progress_display
 
 REPO_ID = "xiaowu0162/longmemeval-cleaned"
 REVISION = "98d7416c24c778c2fee6e6f3006e7a073259d48f"
@@ -349,9 +349,9 @@ def fetch_dataset(
     `pins` maps file names to SHA-256 digests (default: lme's pins); tests inject
     their own. A file with no pin is refused before any download unless
     `record_digest` is set or the user pin file already holds its digest.
-    `progress` (bytes downloaded, rate, ETA on stderr; `lme.progress`): None a tqdm
+    `progress` (bytes downloaded, rate, ETA on stderr; `lme.util.progress`): None a tqdm
     bar on a terminal and a line every 30 s otherwise (what the command uses), True
-    a bar whatever stderr is, False nothing; `lme.progress.set_enabled(False)` turns
+    a bar whatever stderr is, False nothing; `lme.util.progress.set_enabled(False)` turns
     it off in every case.
     """
     if name not in DATASETS:

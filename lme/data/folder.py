@@ -77,7 +77,7 @@ SHORT_NAMES: dict[str, str] = {**{ITEMS[key].stem: key for key in DATASET_KEYS},
 
 
 def item(key: str) -> DataItem:
-    from lme.errors import LmeError
+    from lme.util.errors import LmeError
 
     try:
         return ITEMS[str(key)]

@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lme.errors import LmeError
-from lme.hashing import sha256_text
+from lme.util.errors import LmeError
+from lme.util.hashing import sha256_text
 from lme.data.judge_templates import TEMPLATE_KEYS, template_key
 
 TEMPLATES_FUNCTION = "get_anscheck_prompt"

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from lme.data.records import ABSTENTION_MARK
-from lme.errors import LmeError
-from lme.hashing import sha256_text
+from lme.util.errors import LmeError
+from lme.util.hashing import sha256_text
 
 TEMPLATE_KEYS: tuple[str, ...] = (
     "abstention",

@@ -24,8 +24,8 @@ from typing import Any
 from lme.data.parse import REQUIRED_FIELDS, check_data_file, parse_question
 from lme.data.records import Question
 from lme.data.validate import NESTING_PROBLEM
-from lme.errors import DataError, first_line
-from lme.heap import collection_paused
+from lme.util.errors import DataError, first_line
+from lme.util.heap import collection_paused
 
 __all__ = ["REQUIRED_FIELDS", "check_data_file", "load_questions", "parse_question", "read_json", "select"]
 
@@ -107,7 +107,7 @@ def load_questions(path: str | Path, question_ids: Iterable[str] | None = None, 
     """
     path = Path(path)
     failure: BaseException | None = None
-    with collection_paused():  # millions of objects, none of them garbage (lme.heap)
+    with collection_paused():  # millions of objects, none of them garbage (lme.util.heap)
         try:
             raw = _parse_json(path, data)
         except _JSON_FAILURES as exc:

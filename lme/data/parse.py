@@ -35,7 +35,7 @@ from lme.data.validate import (
     text_problem,
     value_problem,
 )
-from lme.errors import DataError
+from lme.util.errors import DataError
 
 REQUIRED_FIELDS: tuple[str, ...] = (
     "question_id",

@@ -23,7 +23,7 @@ from typing import Any
 
 from lme.data.records import QUESTION_TYPES, Question
 from lme.data.splits import split_ids
-from lme.errors import DataError, LmeError
+from lme.util.errors import DataError, LmeError
 
 SPLIT_MISSING_POLICIES: tuple[str, ...] = ("error", "skip")
 _NAMED = 5  # ids named in a message before "and N more"

@@ -43,8 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lme.data.records import ABSTENTION_MARK
-from lme.errors import LmeError
-from lme.hashing import sha256_text
+from lme.util.errors import LmeError
+from lme.util.hashing import sha256_text
 
 SPLIT_DIR: Path = Path(__file__).resolve().parent / "split_ids"
 SPLIT_NAMES: tuple[str, ...] = ("dev", "test")

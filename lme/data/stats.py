@@ -4,7 +4,7 @@
 a time (a streamed file never has to be held whole): it keeps running totals and,
 for `distinct_turn_texts`, a 16-byte BLAKE2b digest per distinct text.
 
-Definitions (bytes are UTF-8 bytes of turn contents, `lme.budget.utf8_len`'s unit):
+Definitions (bytes are UTF-8 bytes of turn contents, `lme.util.budget.utf8_len`'s unit):
 
 - `mean_history_bytes`: all turn contents of a history, averaged over questions;
 - `user_share`: user bytes / all bytes, over the whole file;

@@ -52,7 +52,7 @@ from lme.data.validate import (
     located,
     surrogate_problem,
 )
-from lme.errors import DataError, first_line
+from lme.util.errors import DataError, first_line
 
 # What `type(value).__name__` of `json.load`'s result would be, from ijson's first event.
 _TOP_LEVEL_TYPES: dict[str, str] = {
@@ -255,7 +255,7 @@ def _open_binary(path: Path) -> IO[bytes]:
 
 def check_top_level(path: str | Path) -> None:
     """`_check_top_level`: the file's first bytes, read as its suffix says (a few ms, whatever the file's size);
-    what `python -m lme` checks of a data file before a run starts (`lme.before_run`)."""
+    what `python -m lme` checks of a data file before a run starts (`lme.study.before_run`)."""
     _check_top_level(Path(path))
 
 

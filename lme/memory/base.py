@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from lme.data.records import Question
-from lme.errors import LmeError
+from lme.util.errors import LmeError
 from lme.retrieval.base import Ranking
 
 if TYPE_CHECKING:

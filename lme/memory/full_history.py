@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from lme.budget import utf8_len
+from lme.util.budget import utf8_len
 from lme.data.records import Question
-from lme.errors import LmeError
+from lme.util.errors import LmeError
 from lme.memory.base import Memory
 from lme.memory.retrieved import BLOCK_SEPARATOR, LAYOUTS, format_turn_block
 

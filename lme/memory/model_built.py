@@ -24,7 +24,7 @@ its retries and limits. The model's reply (cut at a line to `output_max_bytes`) 
 
 A failed or empty model reply raises `MemoryFailed` (naming this step, its model and the reason): the
 question gets no answer and no reader call on a memory that is not the design's, and a rerun asks it
-again (`lme.run`). A built memory carries its call in `model_calls` (the question's outcome counts its
+again (`lme.answer.run`). A built memory carries its call in `model_calls` (the question's outcome counts its
 tokens and dollars), and its `notes` say what the call did (`model_call`: paid | cached) and its tokens
 and dollars.
 """
@@ -35,9 +35,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, ClassVar
 
-from lme.budget import utf8_len
+from lme.util.budget import utf8_len
 from lme.data.records import Question
-from lme.errors import LmeError
+from lme.util.errors import LmeError
 from lme.memory.base import Memory, MemoryBuilder, MemoryFailed
 from lme.models.gateway import CallResult, Gateway
 from lme.models.spec import ModelSpec

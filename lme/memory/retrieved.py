@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar
 
-from lme.budget import utf8_len
+from lme.util.budget import utf8_len
 from lme.data.dates import WEEKDAYS, format_moment
 from lme.data.records import Question, Session, Turn
 from lme.memory.base import Memory
@@ -99,7 +99,7 @@ class RetrievedMemoryBuilder:
         if max_bytes < 0:
             raise ValueError(f"max_bytes must be >= 0, got {max_bytes}.")
         if layout not in LAYOUTS:
-            from lme.errors import LmeError
+            from lme.util.errors import LmeError
 
             raise LmeError(f"memory.layout {layout!r} is unknown (known: {', '.join(LAYOUTS)}).")
         self.retriever = retriever

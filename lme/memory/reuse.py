@@ -19,7 +19,7 @@ from typing import Any
 
 from lme.data.load import file_identity  # noqa: F401  (a memory key names its data file by it)
 from lme.data.records import Question
-from lme.hashing import sha256_text
+from lme.util.hashing import sha256_text
 from lme.memory.base import Memory, MemoryBuilder
 
 _STORE: dict[str, dict[str, Memory]] = {}  # digest -> question id -> memory

@@ -27,14 +27,14 @@ from functools import lru_cache
 from datetime import date
 from typing import ClassVar
 
-from lme.budget import utf8_len
+from lme.util.budget import utf8_len
 from lme.data.dates import format_day, format_moment
 from lme.data.records import Question, Session
 from lme.memory.base import Memory
 from lme.memory.dates import describe_distance, resolve_relative_dates
 from lme.memory.user_log import is_same_day
 from lme.retrieval.base import Ranking, Retriever
-from lme.text import content_words, words
+from lme.util.text import content_words, words
 
 CUT_MARK = " [message cut]"
 STEPS = ("dates", "content", "retrieval")

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import ClassVar
 
-from lme.budget import utf8_len
+from lme.util.budget import utf8_len
 from lme.data.dates import WEEKDAYS, format_day, format_moment
 from lme.data.records import Question, Session, Turn
 from lme.memory.base import Memory
@@ -167,7 +167,7 @@ class UserLogMemoryBuilder:
         name: str = "user_log",
         layout: str = "lme",
     ) -> None:
-        from lme.errors import LmeError
+        from lme.util.errors import LmeError
 
         if overflow_policy not in OVERFLOW_POLICIES:
             raise LmeError(f"memory.overflow_policy {overflow_policy!r} is unknown (known: {', '.join(OVERFLOW_POLICIES)}).")

@@ -10,7 +10,7 @@ process killed mid-write leaves the entry either whole or absent, never half.
 Several processes on one machine (the jobs of a joblib or Ray sweep) share one
 file safely: WAL lets readers run beside the one writer, and every connection
 waits up to `LME_SQLITE_BUSY_TIMEOUT_S` (60 s) for a lock instead of failing with `database is
-locked`. The file is opened by `lme.sqlite.open_store`: created whole, and every fault (damaged, locked,
+locked`. The file is opened by `lme.util.sqlite.open_store`: created whole, and every fault (damaged, locked,
 read-only, full disk, another program's tables, ...) is one sentence naming it (`StoreError`). SQLite's locks do not hold on network filesystems (NFS, SMB), so
 machines do not share one file: each keeps its own cache on local disk and
 `merge_caches` (`python -m lme cache merge`) folds them into one afterwards.
@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lme.memo import TextMemo
-from lme.sqlite import StoreKind, attached, immediate, insert_missing, open_store
+from lme.util.memo import TextMemo
+from lme.util.sqlite import StoreKind, attached, immediate, insert_missing, open_store
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
@@ -63,7 +63,7 @@ def call_key(model: str, messages: list[dict[str, Any]], params: dict[str, Any],
 
 def _compact(value: Any) -> str:
     """The request's canonical JSON: keys sorted at every level, compact, non-ASCII kept (NaN allowed, as the
-    key always allowed it: not `lme.hashing.canonical_json`)."""
+    key always allowed it: not `lme.util.hashing.canonical_json`)."""
     return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -108,7 +108,7 @@ def merge_caches(target: str | Path, sources: list[str | Path]) -> dict[str, int
     """Copy into the cache at `target` every entry of `sources` it lacks; returns the entries added per
     source. An entry already present is kept (the first answer stored for a call stays the answer),
     so merging is idempotent and the order of sources decides between two different answers."""
-    from lme.errors import LmeError
+    from lme.util.errors import LmeError
 
     for source in sources:
         if not Path(source).is_file():

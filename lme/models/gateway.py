@@ -65,8 +65,8 @@ from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from lme.errors import LmeError
-from lme.hashing import sha256_text
+from lme.util.errors import LmeError
+from lme.util.hashing import sha256_text
 from lme.models.cache import CallCache, call_key
 from lme.models.keys import check_key
 from lme.models.ledger import OVERRUN_TOLERANCE, BudgetExhausted, ReservationExceeded
@@ -968,9 +968,9 @@ def _message_chars(messages: list[dict[str, Any]]) -> int:
 
 
 def _redact(message: str, secret: str | None) -> str:
-    """A provider's error without the key it was sent nor anything else `lme.secrets.clean` removes (it is journaled,
+    """A provider's error without the key it was sent nor anything else `lme.util.secrets.clean` removes (it is journaled,
     traced and printed)."""
-    from lme.secrets import clean
+    from lme.util.secrets import clean
 
     return clean(message, [secret])
 

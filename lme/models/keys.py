@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import unicodedata
 
-from lme.errors import LmeError
+from lme.util.errors import LmeError
 
 _NAMES = {
     "\n": "a newline",

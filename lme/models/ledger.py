@@ -51,8 +51,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lme.errors import LmeError
-from lme.sqlite import StoreKind, open_store
+from lme.util.errors import LmeError
+from lme.util.sqlite import StoreKind, open_store
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
@@ -102,7 +102,7 @@ CREATE TABLE IF NOT EXISTS overruns (
     study_cap REAL
 );
 """
-LEDGER = StoreKind(  # how the file is opened: lme.sqlite.open_store (created whole; every fault one sentence)
+LEDGER = StoreKind(  # how the file is opened: lme.util.sqlite.open_store (created whole; every fault one sentence)
     "ledger", _SCHEMA,
     {"calls": ("id", "time", "study", "job", "model", "call_key", "status", "dollars", "reserved_dollars"),
      "reservations": ("id", "study", "job", "model", "call_key", "dollars", "host", "pid", "process_start")},

@@ -17,7 +17,7 @@ def import_litellm() -> Any:
     The import makes about half a million objects (its provider types, the OpenAI SDK's) that live until
     exit, none of them garbage: the cyclic collector, left running, walked them ~940 times over, 0.45 s
     of the import's 2.2 s, holding the GIL. It is paused for the import, and what the import made is frozen
-    (`lme.heap`), so that no later collection walks it either (the young collection a freeze would start
+    (`lme.util.heap`), so that no later collection walks it either (the young collection a freeze would start
     with would walk it all: 0.17 s to find 2,000 objects of garbage).
 
     Called for every model request: once imported, the module is returned with nothing else done (no
@@ -28,10 +28,10 @@ def import_litellm() -> Any:
     import logging
     import sys
 
-    from lme.heap import collection_paused, freeze_long_lived
-    from lme.interrupts import interrupts_held
+    from lme.util.heap import collection_paused, freeze_long_lived
+    from lme.util.interrupts import interrupts_held
 
-    with interrupts_held():  # a Ctrl-C during the import is raised after it (lme.interrupts)
+    with interrupts_held():  # a Ctrl-C during the import is raised after it (lme.util.interrupts)
         if "litellm" in sys.modules:  # imported by someone else: nothing of ours to freeze
             import litellm
         else:

@@ -32,7 +32,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from lme.text import content_words
+from lme.util.text import content_words
 
 OFFLINE_PROVIDER = "lme-offline"
 READER_MODEL = f"{OFFLINE_PROVIDER}/extractive-reader"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from lme.errors import LmeError
+from lme.util.errors import LmeError
 from lme.models.offline import OFFLINE_MODELS, OFFLINE_PROVIDER
 
 

@@ -40,8 +40,8 @@ from typing import Any
 import numpy as np
 
 from lme.data.records import Question
-from lme.errors import LmeError, first_line
-from lme.progress import quiet_library_bars
+from lme.util.errors import LmeError, first_line
+from lme.util.progress import quiet_library_bars
 from lme.retrieval.base import Ranking
 from lme.retrieval.embedding_cache import (
     CacheCounters,
@@ -476,7 +476,7 @@ class DenseRetriever:
     def embed(self, texts: Sequence[str], prompt: str, description: str = "texts") -> np.ndarray:
         """Unit vectors of `texts` encoded with `prompt`, one row per text, through the cache.
 
-        Progress (`lme.progress`, for large batches or as `progress` says) is labelled by
+        Progress (`lme.util.progress`, for large batches or as `progress` says) is labelled by
         `progress_label(description)`.
         """
         return self.cache.embed(
@@ -526,6 +526,6 @@ class DenseRetriever:
 
 def require_embedding_key(name: str, api_key_env: str | None) -> None:
     """An embedding API's key is in the environment (its `api_key_env`), or one sentence naming the model; the
-    retriever's rule, also checked before a run starts (`lme.before_run`)."""
+    retriever's rule, also checked before a run starts (`lme.study.before_run`)."""
     if api_key_env and not os.environ.get(api_key_env):
         raise LmeError(f"embedding model {name}: environment variable {api_key_env} is not set.")

@@ -20,7 +20,7 @@ was opened (or `reset_counters`); `requested` counts texts asked for. An encoder
 that fails mid-chunk may hand over the rows it finished (`with_partial_rows`):
 they are stored before its exception goes on.
 
-Encoding shows progress through `lme.progress` (texts encoded, texts/s, ETA):
+Encoding shows progress through `lme.util.progress` (texts encoded, texts/s, ETA):
 a tqdm bar on a terminal, a line every 30 s otherwise, nothing when
 `progress: false` (see `EmbeddingCache.embed`).
 """
@@ -40,10 +40,10 @@ from pathlib import Path
 
 import numpy as np
 
-from lme.errors import LmeError
-from lme.progress import is_enabled as progress_enabled
-from lme.progress import progress as progress_display
-from lme.sqlite import StoreKind, attached, immediate, insert_missing, open_store
+from lme.util.errors import LmeError
+from lme.util.progress import is_enabled as progress_enabled
+from lme.util.progress import progress as progress_display
+from lme.util.sqlite import StoreKind, attached, immediate, insert_missing, open_store
 
 Encode = Callable[[list[str]], np.ndarray]  # texts -> float array of shape (len(texts), dim)
 
@@ -145,7 +145,7 @@ class EmbeddingCache:
     # -- storage ---------------------------------------------------------------------------------
 
     def _connection(self) -> sqlite3.Connection:
-        """The file's connection (`lme.sqlite.open_store`: created whole; every fault at open or during use a
+        """The file's connection (`lme.util.sqlite.open_store`: created whole; every fault at open or during use a
         `StoreError` naming the file), opened on first use and again in a forked child."""
         if self._conn is not None and self._pid == os.getpid():
             return self._conn
@@ -263,8 +263,8 @@ class EmbeddingCache:
         (prompt not applied: that is the encoder's job), longest first, at
         most `chunk_texts` at a time. `progress`: None shows progress for at
         least PROGRESS_MIN_TEXTS texts to encode (a tqdm bar on a terminal, a line
-        every 30 s otherwise: `lme.progress`), True a tqdm bar on stderr whatever
-        it is and however few texts, False nothing; `lme.progress.set_enabled(False)`
+        every 30 s otherwise: `lme.util.progress`), True a tqdm bar on stderr whatever
+        it is and however few texts, False nothing; `lme.util.progress.set_enabled(False)`
         (the config key `progress: false`) turns all of it off. `description`
         labels it.
         An empty `texts` gives an array of shape (0, 0).

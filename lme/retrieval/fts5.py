@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from lme.data.records import Question, Turn
-from lme.errors import LmeError
+from lme.util.errors import LmeError
 from lme.retrieval.base import Ranking
 
 DEFAULT_TOKENIZER = "porter unicode61"

@@ -24,7 +24,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from lme.data.records import Question
-from lme.errors import LmeError
+from lme.util.errors import LmeError
 from lme.retrieval.base import Ranking, Retriever
 
 DEFAULT_K = 60

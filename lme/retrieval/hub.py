@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 
-from lme.errors import LmeError, first_line
+from lme.util.errors import LmeError, first_line
 
 # Models lme names that the hub gates behind a licence (the reference model, embedding=gemma).
 GATED_MODELS: frozenset[str] = frozenset({"google/embeddinggemma-300m"})

@@ -56,8 +56,8 @@ from pathlib import Path
 from typing import Any
 
 from lme.data.records import Question, Turn
-from lme.errors import LmeError, first_line
-from lme.hashing import sha256_text
+from lme.util.errors import LmeError, first_line
+from lme.util.hashing import sha256_text
 from lme.retrieval.base import Ranking
 from lme.retrieval.fts5 import query_tokens
 

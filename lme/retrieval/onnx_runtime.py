@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from lme.errors import LmeError, first_line
+from lme.util.errors import LmeError, first_line
 
 RUNTIMES: tuple[str, ...] = ("torch", "onnx", "openvino")
 PRECISIONS: tuple[str, ...] = ("fp32", "int8")

@@ -10,7 +10,7 @@ from hydra import compose, initialize_config_dir
 import lme
 from lme.answer.rules import Rule, fold, parse_rule, parse_rules, select_by_question
 from design_helpers import compose_instructions
-from lme.errors import LmeError
+from lme.util.errors import LmeError
 from lme.judge import sha256_text
 
 CONF = lme.CONF_DIR

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from lme.cli.rules import main
-from lme.errors import LmeError
+from lme.util.errors import LmeError
 from shared_data import S_FILE, needs
 
 # In the bundled sample, read by hand: the six preference questions ask for suggestions; the seven

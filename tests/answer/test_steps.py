@@ -22,7 +22,7 @@ from lme.models.cache import CallCache
 from lme.models.gateway import Gateway, ModelSpec
 from lme.models.offline import DECLINE_ANSWER, JUDGE_MODEL, READER_MODEL
 from lme.retrieval.fts5 import FTS5Retriever
-from lme.run import CallStats, Outcome, answer_question
+from lme.answer.run import CallStats, Outcome, answer_question
 from judging import OFFLINE_TEMPLATES
 
 CONF = lme.CONF_DIR

@@ -1,4 +1,4 @@
-"""The corruption harness (issue 36, item 2): every stored file of the registry (lme/stored_state.py) through a
+"""The corruption harness (issue 36, item 2): every stored file of the registry (lme/util/stored_state.py) through a
 matrix of faults, run through every command that reads it.
 
 Design, for speed: one warm worker process per test process imports lme (Hydra, the CLI, MLflow) once, then
@@ -37,11 +37,11 @@ from typing import Any, Callable
 
 CASE_TIMEOUT_S = 40.0  # a case past this is a hang (the longest real case takes a few seconds)
 LOCK_TIMEOUT_S = "1"  # LME_SQLITE_BUSY_TIMEOUT_S for the locked cases
-PRELOAD = ("lme.cli", "lme.__main__", "lme.hydra_run", "lme.job", "lme.run", "lme.design", "lme.compose",
-           "lme.before_run", "lme.prereg", "lme.cli.cost", "lme.cli.prereg", "lme.cli.report", "lme.cli.runs",
+PRELOAD = ("lme.cli", "lme.__main__", "lme.study.hydra_run", "lme.study.job", "lme.answer.run", "lme.config.design", "lme.config.compose",
+           "lme.study.before_run", "lme.provenance.prereg", "lme.cli.cost", "lme.cli.prereg", "lme.cli.report", "lme.cli.runs",
            "lme.cli.embed", "lme.cli.retrieval", "lme.cli.cache", "lme.cli.memory", "lme.cli.estimate",
            "lme.cli.interop", "lme.cli.data", "lme.retrieval.dense", "lme.retrieval.embedding_cache",
-           "lme.models.gateway", "lme.tracking", "lme.report_source", "mlflow", "mlflow.tracking", "numpy", "litellm")
+           "lme.models.gateway", "lme.tracking.runs", "lme.tracking.report_source", "mlflow", "mlflow.tracking", "numpy", "litellm")
 
 
 # ============================================================================================ the warm worker
@@ -127,7 +127,7 @@ def serve() -> None:
     """The worker: import lme once, then one forked child per request line (JSON) on stdin; one reply line."""
     import importlib
 
-    os.environ.setdefault("LME_SQLITE_BUSY_TIMEOUT_S", LOCK_TIMEOUT_S)  # in case it is read when lme.sqlite loads
+    os.environ.setdefault("LME_SQLITE_BUSY_TIMEOUT_S", LOCK_TIMEOUT_S)  # in case it is read when lme.util.sqlite loads
     import pkgutil
 
     import lme
@@ -233,7 +233,7 @@ _SEMANTIC = ["retriever=semantic", "retriever.backend=litellm", "retriever.model
 TEST_KEY = "sk-lme-harness-0123456789abcdef"
 _BASE = ["limit=2", "cache_dir={cache}", "tracking.uri=sqlite:///{mlflow}", "tracking.artifact_location=mlruns"]
 _UNTRACKED = ["limit=2", "cache_dir={cache}", "tracking.enabled=false"]
-# The commands the harness runs, by the registry's names (lme.stored_state.COMMANDS); `run` is a new job that
+# The commands the harness runs, by the registry's names (lme.util.stored_state.COMMANDS); `run` is a new job that
 # asks new questions (seed 1), `resume` the workspace's own job again in its folder.
 COMMAND_ARGV: dict[str, list[str]] = {
     "run": [*_UNTRACKED, "seed=1", "hydra.run.dir=job-new"],
@@ -692,7 +692,7 @@ NOT_FAULTED: dict[str, str] = {
     "report output": "only written, to a folder named by --out",
     "hypothesis file": "only written, to --out",
     "eval-results file": "the official scripts' output; its reader is tested in tests/test_interop.py",
-    "design files": "composition errors are tested in tests/test_config.py; aliases and nesting by lme.yamlfile",
+    "design files": "composition errors are tested in tests/test_config.py; aliases and nesting by lme.util.yamlfile",
     "instruction texts": "lme's own package files",
 }
 
@@ -740,7 +740,7 @@ def checksums(root: Path) -> dict[str, str]:
 
 
 def registry_command(command: str) -> str:
-    """The registry's name (lme.stored_state.COMMANDS) of one of the harness's command lines."""
+    """The registry's name (lme.util.stored_state.COMMANDS) of one of the harness's command lines."""
     return {"run tracked": "run", "run with prereg": "run", "run on data file": "run", "run on split": "run",
             "report with prereg": "report", "runs repair new store": "runs repair",
             "retrieval on data file": "retrieval", "memory on split": "memory"}.get(command, command)
@@ -749,7 +749,7 @@ def registry_command(command: str) -> str:
 def may_change(relative: str, command: str, names: dict[str, str]) -> bool:
     """Whether `command` is one that writes the file at `relative` (the registry's writers), or it is a file
     any command may touch (SQLite's sidecars, Hydra's log)."""
-    from lme.stored_state import stored
+    from lme.util.stored_state import stored
 
     if relative.endswith(SIDECARS) or relative.endswith("hydra_run.log"):
         return True
@@ -812,7 +812,7 @@ def registry_case_of(case: Case) -> str:
 
 
 def classify(case: Case, result: Result, changed: list[str], names: dict[str, str], path: Path) -> Verdict:
-    from lme.stored_state import stored
+    from lme.util.stored_state import stored
 
     registry_case = registry_case_of(case)
     contract = stored(case.target.key).contract.of_fault(registry_case, case.fault)
@@ -827,7 +827,7 @@ def classify(case: Case, result: Result, changed: list[str], names: dict[str, st
     if changed:
         return Verdict("other-changed", "changed or removed: " + ", ".join(changed[:5]))
     if result.rc == 2:
-        # a job stopped by a file it keeps (lme.resume.store_stop_message): `lme: stopped: <the file's sentence>`,
+        # a job stopped by a file it keeps (lme.study.resume.store_stop_message): `lme: stopped: <the file's sentence>`,
         # then what is kept and the resume command
         errors = [line for line in text.splitlines() if line.startswith("lme: error:")
                   or (line.startswith("lme: stopped:") and "resume with: " in text)]

@@ -14,7 +14,7 @@ from corruption.harness import (
     COMMAND_ARGV, FAULTS, NOT_FAULTED, OUTCOME_KEY, SIDECARS, SLOW_COMMANDS, TARGETS, case_env, cases, checksums,
     classify, copy_workspace, fill, may_change, registry_case_of, registry_command,
 )
-from lme.stored_state import STORED, stored
+from lme.util.stored_state import STORED, stored
 
 CASES = cases()
 PARAMS = [pytest.param(case, id=case.id, marks=[pytest.mark.slow] if case.command in SLOW_COMMANDS else [])

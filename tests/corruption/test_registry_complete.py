@@ -1,4 +1,4 @@
-"""The inventory of stored state (lme/stored_state.py) is complete and its page is current (issue 36, item 1).
+"""The inventory of stored state (lme/util/stored_state.py) is complete and its page is current (issue 36, item 1).
 
 A file added to lme without a registry entry fails here: every string literal in lme's code that looks like a
 stored file's name (by its extension) or an `LME_*` environment variable, and every `${oc.env:...}` in the
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from lme import stored_state
-from lme.stored_state import CASES, ENVIRONMENT, STORED, check_registry, registered_literals, render_markdown
+from lme.util import stored_state
+from lme.util.stored_state import CASES, ENVIRONMENT, STORED, check_registry, registered_literals, render_markdown
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "lme"
@@ -76,14 +76,14 @@ def test_every_stored_file_literal_in_lme_is_registered():
     known = registered_literals()
     missing = {literal: sorted(files) for literal, files in code_literals().items() if literal not in known}
     assert not missing, (
-        "lme's code names files or LME_ variables that lme/stored_state.py does not register (add an entry, or a "
+        "lme's code names files or LME_ variables that lme/util/stored_state.py does not register (add an entry, or a "
         f"literal to one, or a reason in NOT_STORED): {missing}")
 
 
 def test_every_environment_variable_of_the_config_is_registered():
     names = {variable.name for variable in ENVIRONMENT}
     missing = {name: sorted(files) for name, files in config_variables().items() if name not in names}
-    assert not missing, f"the config reads environment variables lme/stored_state.py does not register: {missing}"
+    assert not missing, f"the config reads environment variables lme/util/stored_state.py does not register: {missing}"
 
 
 def test_every_api_key_variable_of_the_config_is_registered():
@@ -106,15 +106,15 @@ def test_no_registered_literal_is_stale():
     """A literal the registry names for an entry is still in lme's code (a renamed file is renamed here too)."""
     used = set(code_literals())
     stale = sorted(literal for entry in STORED for literal in entry.literals if literal not in used)
-    assert not stale, f"literals registered in lme/stored_state.py that lme's code no longer uses: {stale}"
+    assert not stale, f"literals registered in lme/util/stored_state.py that lme's code no longer uses: {stale}"
 
 
 def test_the_docs_page_is_generated_from_the_registry():
-    assert DOCS_PAGE.is_file(), "docs/stored-state.md is missing: generate it with lme.stored_state.render_markdown"
+    assert DOCS_PAGE.is_file(), "docs/stored-state.md is missing: generate it with lme.util.stored_state.render_markdown"
     page = DOCS_PAGE.read_text(encoding="utf-8")
     assert page == render_markdown(), (
         "docs/stored-state.md differs from the registry: regenerate it with "
-        "`python -c \"from lme.stored_state import render_markdown; print(render_markdown(), end='')\" "
+        "`python -c \"from lme.util.stored_state import render_markdown; print(render_markdown(), end='')\" "
         "> docs/stored-state.md`")
     for entry in STORED:
         assert f"**{entry.key}**" in page
@@ -136,7 +136,7 @@ def test_every_entry_has_a_contract_for_every_case(entry):
 
 
 def test_module_is_data_only():
-    """The registry imports nothing of lme (it is in the bottom layer, next to lme.yamlfile)."""
+    """The registry imports nothing of lme (it is in the bottom layer, next to lme.util.yamlfile)."""
     tree = ast.parse(Path(stored_state.__file__).read_text(encoding="utf-8"))
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}

@@ -26,8 +26,8 @@ from lme.data import folder
 from lme.data.dataset import load_dataset
 from lme.data.fetch import fetch_dataset, fetch_templates
 from lme.data.sample import SAMPLE_PATH
-from lme.design import compose_design
-from lme.errors import LmeError
+from lme.config.design import compose_design
+from lme.util.errors import LmeError
 from shared_data import ROOT, S_FILE, STUDY_INSTRUCTIONS, TEMPLATES, needs
 
 SAMPLE = SAMPLE_PATH.read_bytes()
@@ -138,7 +138,7 @@ def test_runs_of_one_file_chosen_two_ways_carry_the_same_dataset_name_in_mlflow(
     `.json.xz` (the design it composes: the params and run name a run takes from it)."""
     from mlflow.tracking import MlflowClient
 
-    from lme.tracking import job_run_name
+    from lme.tracking.runs import job_run_name
 
     data = _write(tmp_path / "data" / "longmemeval_s_cleaned.json.xz")
     store = f"sqlite:///{tmp_path}/mlflow.db"

@@ -29,7 +29,7 @@ from lme.cli.data import fetch_command
 from lme.data.fetch import DATASETS, REPO_ID, REVISION, TEMPLATES_COMMIT, fetch_dataset, fetch_templates
 from lme.data.judge_source import extract_templates
 from lme.data.load import load_questions
-from lme.errors import LmeError
+from lme.util.errors import LmeError
 from lme.judge import LONGMEMEVAL_TEMPLATE_SHA256, load_templates, make_judge
 from lme.models.gateway import ModelSpec
 from shared_data import TEMPLATES, needs

@@ -26,7 +26,7 @@ import pytest
 from lme.data.load import check_data_file, load_questions
 from lme.data.stream import first_problem, iter_questions, scan_index
 from lme.data.validate import MAX_NESTING, SurrogateGuard, text_problem
-from lme.errors import DataError
+from lme.util.errors import DataError
 
 HERE = Path(__file__).resolve().parent
 CORPUS = HERE / "bad_inputs"
@@ -242,7 +242,7 @@ def test_a_file_100000_deep_is_refused_in_bounded_memory(tmp_path: Path) -> None
         "import resource, sys\n"
         "from lme.data.stream import scan_index, iter_questions\n"
         "from lme.data.load import load_questions\n"
-        "from lme.errors import DataError\n"
+        "from lme.util.errors import DataError\n"
         "for read in (scan_index, lambda p: list(iter_questions(p)), load_questions):\n"
         "    try:\n"
         "        read(sys.argv[1])\n"

@@ -13,7 +13,7 @@ import pytest
 
 from lme.data.dates import parse_lme_date
 from lme.data.load import REQUIRED_FIELDS, load_questions
-from lme.errors import DataError
+from lme.util.errors import DataError
 from shared_data import MINI, need
 
 

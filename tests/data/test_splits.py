@@ -23,7 +23,7 @@ from lme.data.splits import (
     read_ids,
     split_ids,
 )
-from lme.errors import DataError, LmeError
+from lme.util.errors import DataError, LmeError
 from shared_data import MINI, ORACLE, need
 from shared_data import S_FILE as FULL_S
 
@@ -313,8 +313,8 @@ def test_split_dev_on_the_mini_file(capsys: pytest.CaptureFixture[str]) -> None:
 def test_a_run_records_the_selected_ids_in_mlflow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from mlflow.tracking import MlflowClient
 
-    from lme.design import design_from_config
-    from lme.job import run_job
+    from lme.config.design import design_from_config
+    from lme.study.job import run_job
 
     monkeypatch.chdir(tmp_path)
     cfg = compose_config(

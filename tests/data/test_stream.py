@@ -20,7 +20,7 @@ from lme.data.load import load_questions
 from lme.data.records import QUESTION_TYPES
 from lme.data.sample import SAMPLE_PATH
 from lme.data.stream import IndexEntry, count_questions, iter_questions, scan_index
-from lme.errors import DataError
+from lme.util.errors import DataError
 from shared_data import MINI, needs
 
 ROOT = Path(__file__).resolve().parents[2]

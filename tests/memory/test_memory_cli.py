@@ -16,7 +16,7 @@ from hydra.utils import instantiate
 from lme.answer.reader import reader_payload
 from design_helpers import load_dataset
 from lme.cli import compose_config
-from lme.errors import LmeError
+from lme.util.errors import LmeError
 from lme.cli.memory import (
     MEMORY_FIELDS,
     VIEW_FIELDS,

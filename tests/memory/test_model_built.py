@@ -11,10 +11,10 @@ import pytest
 
 from lme.answer.reader import Reader
 from lme.answer.rules import Rule
-from lme.arbiter import arbitrate
+from lme.study.arbiter import arbitrate
 from lme.data.load import load_questions
 from lme.data.sample import SAMPLE_PATH
-from lme.errors import LmeError
+from lme.util.errors import LmeError
 from lme.memory.model_built import ModelBuiltMemoryBuilder, attach_gateway, cut_at_line, memory_parts
 from lme.memory.retrieved import RetrievedMemoryBuilder
 from lme.memory.user_log import UserLogMemoryBuilder
@@ -182,9 +182,9 @@ def test_the_cross_run_stage_reads_only_disagreeing_questions_its_rule_selects(t
 
 
 def test_designs_13_and_15_compose_a_counting_ledger_stage_and_the_notes_design_its_memory():
-    from lme.design import compose_design
-    from lme.design import plain
-    from lme.prereg import text_digests
+    from lme.config.design import compose_design
+    from lme.config.design import plain
+    from lme.provenance.prereg import text_digests
 
     for name, place in (("13_ledger_replace", "replace"), ("15_ledger_append", "append")):
         design = compose_design([f"+design=study/{name}"])
@@ -204,8 +204,8 @@ def test_designs_13_and_15_compose_a_counting_ledger_stage_and_the_notes_design_
 
 
 def test_lme_estimate_counts_the_notes_calls_once_for_all_seeds_and_sends_none(tmp_path):
-    from lme.design import compose_design
-    from lme.estimate import estimate_design
+    from lme.config.design import compose_design
+    from lme.study.estimate import estimate_design
 
     design = compose_design(["+design=study/dev_notes_bm25", "memory/writer@memory.model=gpt5_nano", "limit=3",
                              f"cache_dir={tmp_path}"])

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from lme.answer.reader import Reader
-from lme.arbiter import arbitrate
+from lme.study.arbiter import arbitrate
 from lme.data.load import load_questions
 from lme.data.sample import SAMPLE_PATH
 from lme.judge import make_judge
@@ -21,9 +21,9 @@ from lme.models.cache import CallCache
 from lme.models.gateway import Gateway, ModelSpec
 from lme.models.ledger import Budget, Ledger
 from lme.models.offline import JUDGE_MODEL
-from lme.parent import stage_complete
+from lme.study.parent import stage_complete
 from lme.retrieval.fts5 import FTS5Retriever
-from lme.run import Journal, run_questions
+from lme.answer.run import Journal, run_questions
 from judging import OFFLINE_TEMPLATES
 
 NOTES_MODEL = "openai/gpt-5-nano"
@@ -101,7 +101,7 @@ def test_a_failed_memory_call_fails_its_question_with_no_reader_call_and_a_rerun
 def assert_the_cost_tables_count_the_memory(journal, outcomes):
     """The report's cost table and `lme cost`'s per-design sums include the memory model's calls and dollars."""
     from lme.cli.cost import Spend
-    from lme.report import DesignRuns, JobOutcomes, build_report, cost_table
+    from lme.reporting.report import DesignRuns, JobOutcomes, build_report, cost_table
 
     rows = tuple(map(json.loads, journal.path.read_text().splitlines()))
     memory_usd = sum(o.memory.cost_usd for o in outcomes)
@@ -159,7 +159,7 @@ def test_a_job_whose_memory_call_fails_exits_incomplete_and_its_rerun_completes_
 
     from loopback import LoopbackServer
 
-    from lme.errors import EXIT_INCOMPLETE
+    from lme.util.errors import EXIT_INCOMPLETE
 
     job = tmp_path / "job"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LME_", "OPENAI"))} | {"LOOPBACK_KEY": "sk-x"}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lme.budget import utf8_len
+from lme.util.budget import utf8_len
 from lme.data.dates import LME_DATE_FORMAT
 from lme.data.load import load_questions, parse_question
 from lme.data.records import Question

@@ -1,5 +1,5 @@
 """Memories kept for a process's later jobs (lme.memory.reuse): built once per question and digest, dropped
-when a job no longer uses the digest; a run's builders are wrapped by `lme.job.reuse_memories`."""
+when a job no longer uses the digest; a run's builders are wrapped by `lme.study.job.reuse_memories`."""
 
 from __future__ import annotations
 
@@ -65,8 +65,8 @@ def test_the_digest_follows_config_and_file(tmp_path: Path) -> None:
 
 
 def test_a_run_wraps_its_builders_by_config(tmp_path: Path) -> None:
-    from lme.design import compose_design
-    from lme.job import reuse_memories
+    from lme.config.design import compose_design
+    from lme.study.job import reuse_memories
 
     data = tmp_path / "data.json"
     data.write_text("[]", encoding="utf-8")

@@ -7,9 +7,9 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from lme.budget import utf8_len
+from lme.util.budget import utf8_len
 from lme.data.records import Question, Session, Turn
-from lme.errors import LmeError
+from lme.util.errors import LmeError
 from lme.memory.user_log import UserLogMemoryBuilder, answered_user_turn, is_same_day
 from lme.retrieval.base import Ranking
 from lme.retrieval.fts5 import FTS5Retriever

@@ -13,7 +13,7 @@ import litellm
 import pytest
 from loopback import LoopbackServer
 
-from lme.errors import LmeError
+from lme.util.errors import LmeError
 from lme.models.cache import CallCache
 from lme.models.gateway import Gateway, ModelSpec, SystemicFailure
 
@@ -311,7 +311,7 @@ def test_retry_after_is_capped_by_the_spec():
 
 
 def test_an_unknown_offline_model_is_refused_when_configured():
-    from lme.errors import LmeError
+    from lme.util.errors import LmeError
 
     with pytest.raises(LmeError, match="lme-offline/nope"):
         ModelSpec(model="lme-offline/nope")

@@ -16,7 +16,7 @@ from embedding_data import record, write_dataset
 from loopback import LoopbackServer, embedding_vector
 
 from lme.cli import run_subcommand
-from lme.errors import EXIT_BUDGET
+from lme.util.errors import EXIT_BUDGET
 from lme.models.cache import CallCache
 from lme.models.gateway import Gateway, ModelSpec, SystemicFailure
 from lme.models.ledger import Budget, BudgetExhausted, Ledger
@@ -219,7 +219,7 @@ def test_a_runs_embedding_calls_count_against_its_caps(tmp_path: Path, test_key:
     import subprocess
     import sys
 
-    from lme.errors import EXIT_BUDGET
+    from lme.util.errors import EXIT_BUDGET
 
     with LoopbackServer() as server:
         command = [sys.executable, "-m", "lme", "retriever=semantic", "retriever.backend=litellm",
@@ -243,7 +243,7 @@ def test_a_runs_embedding_calls_count_against_its_caps(tmp_path: Path, test_key:
 
 def test_lme_embed_stops_with_exit_4_on_a_bad_key(tmp_path: Path, test_key: str,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    from lme.errors import EXIT_SYSTEMIC
+    from lme.util.errors import EXIT_SYSTEMIC
 
     data = write_dataset(tmp_path / "data.json", [record("q0", "Which hill?", [[("user", TEXTS[0])]])])
     with LoopbackServer(faults=[("401", "Incorrect API key provided: {api_key}")]) as server:

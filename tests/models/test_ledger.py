@@ -17,7 +17,7 @@ import time
 import pytest
 from loopback import LoopbackServer
 
-from lme.errors import LmeError
+from lme.util.errors import LmeError
 from lme.models.cache import CallCache
 from lme.models.gateway import Gateway, ModelSpec
 from lme.models.ledger import Budget, BudgetExhausted, Ledger, ReservationExceeded

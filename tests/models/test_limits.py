@@ -8,7 +8,7 @@ import time
 import pytest
 from loopback import LoopbackServer
 
-from lme.errors import LmeError
+from lme.util.errors import LmeError
 from lme.models.gateway import Gateway, ModelSpec
 from lme.models.limits import RateLimits, TokenBucket
 

@@ -9,7 +9,7 @@ import pytest
 from omegaconf import OmegaConf
 
 import lme
-import lme.resolvers  # noqa: F401  (${lme_text:...}: the templates are text files)
+import lme.config.resolvers  # noqa: F401  (${lme_text:...}: the templates are text files)
 from lme.models.cache import CallCache
 from lme.models.gateway import Gateway, ModelSpec
 from lme.models.offline import (

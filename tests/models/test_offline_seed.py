@@ -11,7 +11,7 @@ import pytest
 from omegaconf import OmegaConf
 
 import lme
-import lme.resolvers  # noqa: F401  (${lme_text:...}: the templates are text files)
+import lme.config.resolvers  # noqa: F401  (${lme_text:...}: the templates are text files)
 from lme.models.cache import CallCache
 from lme.models.gateway import Gateway, ModelSpec
 from lme.models.offline import DECLINE_ANSWER, JUDGE_MODEL, READER_MODEL, extractive_answer
@@ -93,7 +93,7 @@ def test_the_configured_offline_reader_answers_differently_per_seed_on_the_sampl
     from lme.judge import make_judge
     from lme.memory.retrieved import RetrievedMemoryBuilder
     from lme.retrieval.fts5 import FTS5Retriever
-    from lme.run import Journal, run_questions
+    from lme.answer.run import Journal, run_questions
     from omegaconf import OmegaConf
 
     node = OmegaConf.to_container(compose_config([]).reader.model, resolve=True)

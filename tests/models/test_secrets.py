@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from loopback import LoopbackServer
 
-from lme.errors import LmeError
-from lme.resume import resume_command
-from lme.tracking import looks_like_a_key, params_from_config
+from lme.util.errors import LmeError
+from lme.study.resume import resume_command
+from lme.tracking.runs import looks_like_a_key, params_from_config
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE_KEY = "sk-lme-scan-0f1e2d3c4b5a69788796a5b4c3d2e1f0"

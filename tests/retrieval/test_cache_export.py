@@ -15,7 +15,7 @@ from embedding_data import mini_excerpt
 
 from lme.cli import run_subcommand
 from lme.data.load import load_questions
-from lme.errors import LmeError
+from lme.util.errors import LmeError
 from lme.retrieval.dense import DenseRetriever
 from lme.retrieval.embedding_cache import (
     EmbeddingCache,

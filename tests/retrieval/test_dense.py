@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from lme.data.load import load_questions
-from lme.errors import LmeError
+from lme.util.errors import LmeError
 from lme.retrieval.base import Ranking, Retriever
 from lme.retrieval.dense import (
     PACKAGED_MODELS,

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lme.errors import LmeError
+from lme.util.errors import LmeError
 from lme.retrieval.embedding_cache import (
     LOOKUP_CHUNK,
     CacheCounters,

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from lme.data.load import load_questions
-from lme.errors import LmeError
+from lme.util.errors import LmeError
 from lme.retrieval.base import Ranking, Retriever
 from lme.retrieval.fts5 import (
     FTS5Retriever,

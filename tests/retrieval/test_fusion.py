@@ -9,7 +9,7 @@ from hydra.utils import instantiate
 
 from lme.cli import compose_config
 from lme.data.records import Question
-from lme.errors import LmeError
+from lme.util.errors import LmeError
 from lme.retrieval.base import Ranking, Retriever
 from lme.retrieval.fts5 import FTS5Retriever
 from lme.retrieval.fusion import FusedRetriever, rrf

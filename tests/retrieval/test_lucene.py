@@ -20,7 +20,7 @@ from hydra.utils import instantiate  # noqa: E402
 from lme.cli import compose_config  # noqa: E402
 from histories import make_question  # noqa: E402
 from lme.data.load import load_questions  # noqa: E402
-from lme.errors import LmeError  # noqa: E402
+from lme.util.errors import LmeError  # noqa: E402
 from lme.retrieval.base import Ranking, Retriever  # noqa: E402
 from lme.retrieval.lucene import (  # noqa: E402
     INSTALL_HINT,

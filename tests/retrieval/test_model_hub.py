@@ -30,7 +30,7 @@ HOW = ("embedding=minilm (no hub access)", "embedding.model=PATH")
 # The child: load the model through lme's one loading point, time it, report the sentence (or success).
 CHILD = """
 import json, sys, time
-from lme.errors import LmeError
+from lme.util.errors import LmeError
 from lme.retrieval.dense import load_sentence_transformer, resolve_model
 started = time.perf_counter()
 try:

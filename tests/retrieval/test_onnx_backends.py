@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lme.errors import LmeError
+from lme.util.errors import LmeError
 from lme.retrieval.dense import DenseRetriever, top_by_cosine
 from lme.retrieval.onnx_runtime import EXPORTS_ENV, check_runtime, export_dir, exports_root, runtime_suffix
 from shared_data import MINI, needs

@@ -1,0 +1,479 @@
+"""`python -m lme estimate [overrides]`: expected calls and dollars of a study, before spending anything.
+
+It composes the config a run would get (the same overrides, `+design=NAME`,
+sweeps such as `seed=1,2,3` or `+design=bm25,pipeline`), builds every memory
+the reader would see, counts the reader's input tokens with litellm's
+`token_counter`, and prints per design and seed:
+
+- the first pass exactly: one reader call per question, its input tokens and
+  input dollars, and the most its output can add (`max_tokens` at the model's
+  output price); calls already in the call cache are free and counted apart;
+- re-reads (the `rules` group) as a range: a rule on the question text fires on
+  a known set of questions (exact), a rule on the answer text may fire on any
+  question (0 to all);
+- the judge as an upper bound: one call per answer it may see (the first
+  answer and each re-read's), its prompt counted with the longest answer the
+  reader may give;
+- a model-built memory's calls (once for all seeds: they carry no seed), the
+  requests it would send, those already cached free;
+- a cross-run stage (`arbiter`: designs 7, 13, 15) as an upper bound, since
+  which questions' runs disagree is known only after the runs: every question
+  its `select` rule picks (all without one) read once, judged once, and its
+  stage memory written once; none with fewer than two seeds.
+
+No model is called. Offline models cost nothing; a model without a price in
+litellm's cost map (and none set on the model) is reported as unpriced.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lme.config.design import Design
+from lme.util.errors import LmeError
+
+
+@dataclass(frozen=True)
+class ReadCost:
+    """One reader call the study will (or may) make for a question: its input tokens and cache keys by seed."""
+
+    step: str  # "first_pass" or the rule's name
+    certain: bool  # True: the call is made (first pass, question-text rule); False: it may be
+    input_tokens: int
+    keys: dict[int, str] = field(default_factory=dict)  # seed -> call key
+
+
+@dataclass(frozen=True)
+class SeedEstimate:
+    seed: int
+    first_pass_calls: int
+    first_pass_cached: int
+    first_pass_input_tokens: int  # of the calls still to pay
+    reread_calls_certain: int
+    reread_calls_possible: int
+    reread_cached: int
+    reader_dollars_low: float | None  # input of the certain calls still to pay
+    reader_dollars_high: float | None  # every call that may be made, input + maximum output
+    first_pass_input_dollars: float | None
+    first_pass_max_dollars: float | None
+    judge_calls_max: int
+    judge_dollars_low: float | None  # one call per question, its prompt with an empty answer
+    judge_dollars_max: float | None  # every answer judged, each as long as the reader may write
+
+
+@dataclass(frozen=True)
+class DesignEstimate:
+    design: str
+    dataset: str
+    n_questions: int
+    reader_model: str
+    judge_model: str
+    reader_prices: tuple[float, float] | None
+    judge_prices: tuple[float, float] | None
+    max_output_tokens: int | None
+    input_tokens: tuple[int, ...]  # first-pass input tokens per question
+    rules_certain: dict[str, int]  # question-text rule -> questions it fires on (per occurrence in order)
+    rules_possible: dict[str, int]  # answer-text rule -> occurrences in order (each may fire on any question)
+    seeds: tuple[SeedEstimate, ...]
+    notes: tuple[str, ...] = ()
+    stage: StageEstimate | None = None  # the design's cross-run stage (`arbiter`), an upper bound
+
+
+@dataclass(frozen=True)
+class PlannedCalls:
+    """The requests a model-built memory would send (`plan_only`): distinct requests, those already in the
+    call cache, input tokens and the most dollars of those still to pay."""
+
+    model: str
+    requests: int
+    cached: int
+    input_tokens: int
+    dollars_max: float | None
+    prices: tuple[float, float] | None
+
+
+@dataclass(frozen=True)
+class StageEstimate:
+    """A cross-run stage (`lme.study.arbiter`) as an upper bound: it reads the questions whose runs disagree (and its
+    `select` rule picks), which only the runs tell; so every question it may pick is counted, once for all
+    seeds (its calls are keyed by the lowest seed)."""
+
+    name: str
+    runs: int  # the seeds planned: the stage runs only with two or more
+    questions_max: int  # the questions it may read: those its select rule picks, else every question
+    selected_by_rule: bool
+    reader_calls_max: int
+    input_tokens_max: int  # its requests, the runs' earlier answers (when shown) each as long as the reader may write
+    reader_dollars_max: float | None  # input + every call's maximum output
+    judge_calls_max: int
+    judge_dollars_max: float | None
+    memory: PlannedCalls | None = None  # its own model-built memory (a ledger): at most one call per question
+
+
+def _dollars(prices: tuple[float, float] | None, input_tokens: int, output_tokens: int) -> float | None:
+    if prices is None:
+        return None
+    return input_tokens * prices[0] + output_tokens * prices[1]
+
+
+def seed_estimate(
+    seed: int,
+    reads: Sequence[Sequence[ReadCost]],
+    cached_keys: set[str],
+    reader_prices: tuple[float, float] | None,
+    max_output: int,
+    judge_base_tokens: Sequence[int] | None,
+    judge_prices: tuple[float, float] | None,
+    judge_max_output: int,
+) -> SeedEstimate:
+    """The figures of one seed from every question's reads (pure: no I/O)."""
+    fp_calls = fp_cached = fp_tokens = 0
+    certain = possible = reread_cached = 0
+    low_tokens = high_in = high_calls = 0
+    judge_calls = 0
+    judge_in = judge_low_in = 0
+    for index, question_reads in enumerate(reads):
+        answers = 0
+        for read in question_reads:
+            is_cached = read.keys.get(seed) in cached_keys
+            if read.step == "first_pass":
+                fp_calls += 1
+                fp_cached += is_cached
+                if not is_cached:
+                    fp_tokens += read.input_tokens
+            elif read.certain:
+                certain += 1
+                reread_cached += is_cached
+            else:
+                possible += 1
+            answers += 1
+            if is_cached:
+                continue
+            if read.certain:
+                low_tokens += read.input_tokens
+            high_in += read.input_tokens
+            high_calls += 1
+        judge_calls += answers
+        if judge_base_tokens is not None:
+            judge_in += answers * (judge_base_tokens[index] + max_output)
+            judge_low_in += judge_base_tokens[index]
+    first_in = _dollars(reader_prices, fp_tokens, 0)
+    first_max = _dollars(reader_prices, fp_tokens, (fp_calls - fp_cached) * max_output)
+    judge_dollars = judge_low = None
+    if judge_base_tokens is not None:
+        judge_dollars = _dollars(judge_prices, judge_in, judge_calls * judge_max_output)
+        judge_low = _dollars(judge_prices, judge_low_in, 0)
+    return SeedEstimate(
+        seed=seed,
+        first_pass_calls=fp_calls,
+        first_pass_cached=fp_cached,
+        first_pass_input_tokens=fp_tokens,
+        reread_calls_certain=certain,
+        reread_calls_possible=possible,
+        reread_cached=reread_cached,
+        reader_dollars_low=_dollars(reader_prices, low_tokens, 0),
+        reader_dollars_high=_dollars(reader_prices, high_in, high_calls * max_output),
+        first_pass_input_dollars=first_in,
+        first_pass_max_dollars=first_max,
+        judge_calls_max=judge_calls,
+        judge_dollars_low=judge_low,
+        judge_dollars_max=judge_dollars,
+    )
+
+
+# -- building what the reader would see -------------------------------------------------------------
+
+
+def _prices(spec: Any) -> tuple[float, float] | None:
+    from lme.models.pricing import model_prices
+
+    prices = model_prices(spec)
+    return None if prices is None else (prices.input_per_token, prices.output_per_token)
+
+
+def _cached_keys(cache_dir: Path, keys: set[str]) -> set[str]:
+    """Which of `keys` the call cache already holds (no cache file: none). Opens nothing for writing; a faulty
+    cache file is one sentence naming it (`lme.util.sqlite.StoreError`)."""
+    from lme.models.cache import CALL_CACHE, SOUND_ROW
+    from lme.util.sqlite import open_store
+
+    path = cache_dir / "calls.sqlite"
+    if not path.exists() or not keys:
+        return set()
+    conn = open_store(path, CALL_CACHE, readonly=True)
+    try:
+        found: set[str] = set()
+        ordered = sorted(keys)
+        for start in range(0, len(ordered), 500):
+            chunk = ordered[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            found.update(row[0] for row in conn.execute(f"SELECT key FROM calls WHERE key IN ({marks}) AND {SOUND_ROW}",
+                                                         chunk))  # a damaged entry is asked again: not free
+        return found
+    finally:
+        conn.close()
+
+
+def estimate_design(design: Design, seeds: Sequence[int], progress: bool = False) -> DesignEstimate:
+    """Build every memory of `design` and estimate its calls and dollars for `seeds`."""
+    from lme.answer.reader import build_reader_messages
+    from lme.answer.rules import FIRST_PASS_VIEW
+    from lme.data.dataset import load_dataset
+    from lme.judge import build_judge_prompt
+    from lme.models.cache import call_key
+    from lme.models.pricing import count_input_tokens, max_output_tokens
+
+    _, questions = load_dataset(design.dataset)
+    retriever = design.build_retriever()
+    builder = design.build_memory(retriever)
+    reader = design.reader.build()
+    rules = design.instructions.rules
+    views = {FIRST_PASS_VIEW: builder, **design.build_views(retriever)}
+    notes: list[str] = []
+    from lme.memory.model_built import model_built
+
+    writers = model_built(list(views.values()))  # a model-built memory: its requests counted, none sent
+    stage = design.arbiter if len(seeds) >= 2 else None  # a cross-run stage needs two runs at least
+    stage_builder = stage_memory(design, stage, views, retriever) if stage is not None else None
+    for writer in model_built([*views.values(), stage_builder]):
+        writer.plan_only()
+    stage_reads: list[int] = []  # the stage's input tokens per question it may read
+    stage_judge: list[int] = []  # the judge's prompt tokens (empty answer) for those questions
+    try:
+        judge = design.judge.build()
+    except LmeError as exc:
+        judge = None
+        notes.append(f"judge not estimated: {exc}")
+    spec = reader.model
+    max_output = max_output_tokens(spec)
+    if max_output is None:
+        notes.append(f"reader {spec.model}: no maximum output length known; output dollars are left out")
+
+    reads: list[list[ReadCost]] = []
+    judge_base: list[int] = []
+    rules_certain: Counter[str] = Counter({step.rule.name: 0 for step in rules if step.rule.on == "question"})
+    rules_possible: Counter[str] = Counter()
+    for number, question in enumerate(questions, 1):
+        memories: dict[str, Any] = {}
+        sent: Counter[tuple[str, str]] = Counter()
+
+        def read_cost(step: str, view: str, text: str, certain: bool) -> ReadCost:
+            if view not in memories:
+                memories[view] = views[view].build(question)
+            sent[(view, text)] += 1
+            attempt = sent[(view, text)]
+            extra = {"attempt": attempt} if attempt > 1 else None
+            messages = build_reader_messages(text, question, memories[view], reader.instruction_role, extra=extra,
+                                             payload=reader.payload)
+            keys = {seed: call_key(spec.model, messages, spec.params, seed) for seed in seeds}
+            return ReadCost(step, certain, count_input_tokens(spec.model, messages), keys)
+
+        first = design.instructions.first_pass_for(question.question)  # a routed first pass: its route's instruction
+        question_reads = [read_cost("first_pass", FIRST_PASS_VIEW, first, True)]
+        for step in rules:
+            rule = step.rule
+            if rule.on == "question":
+                if rule.fires(question.question, None):
+                    rules_certain[rule.name] += 1
+                    question_reads.append(read_cost(rule.name, rule.view, step.instruction, True))
+            else:
+                question_reads.append(read_cost(rule.name, rule.view, step.instruction, False))
+        reads.append(question_reads)
+        judge_tokens = 0
+        if judge is not None:
+            prompt = build_judge_prompt(judge.templates, question, "")
+            judge_tokens = count_input_tokens(judge.model.model, [{"role": "user", "content": prompt}])
+            judge_base.append(judge_tokens)
+        if stage is not None and stage_builder is not None and (stage.select is None
+                                                                or stage.select.fires(question.question, None)):
+            memory = memories.get(stage.view) if stage.memory is None else None
+            messages = stage_messages(stage, question, memory or stage_builder.build(question), reader,
+                                      len(seeds), max_output or 0)
+            stage_reads.append(count_input_tokens(spec.model, messages))
+            stage_judge.append(judge_tokens)
+        if progress and number % 50 == 0:
+            print(f"  {number}/{len(questions)} memories built", file=sys.stderr, flush=True)
+    rules_possible.update(step.rule.name for step in rules if step.rule.on != "question")
+
+    for writer in writers:
+        notes.append(model_built_note(writer, design.cache_dir))
+    all_keys = {key for question_reads in reads for read in question_reads for key in read.keys.values()}
+    cached = _cached_keys(design.cache_dir, all_keys)
+    reader_prices = _prices(spec)
+    judge_prices = _prices(judge.model) if judge is not None else None
+    judge_max_output = 0
+    if judge is not None:
+        judge_max_output = max_output_tokens(judge.model) or 0
+    estimates = tuple(
+        seed_estimate(
+            seed, reads, cached, reader_prices, max_output or 0,
+            judge_base if judge is not None else None, judge_prices, judge_max_output,
+        )
+        for seed in seeds
+    )
+    stage_estimate = None
+    if stage is not None:
+        stage_writer = next(iter(model_built([stage_builder])), None) if stage.memory is not None else None
+        stage_estimate = StageEstimate(
+            name=stage.name, runs=len(seeds), questions_max=len(stage_reads), selected_by_rule=stage.select is not None,
+            reader_calls_max=len(stage_reads), input_tokens_max=sum(stage_reads),
+            reader_dollars_max=_dollars(reader_prices, sum(stage_reads), len(stage_reads) * (max_output or 0)),
+            judge_calls_max=len(stage_reads) if judge is not None else 0,
+            judge_dollars_max=_dollars(judge_prices, sum(stage_judge) + len(stage_judge) * (max_output or 0),
+                                       len(stage_judge) * judge_max_output) if judge is not None else None,
+            memory=planned_calls(stage_writer, design.cache_dir) if stage_writer is not None else None,
+        )
+    elif design.arbiter is not None:
+        notes.append(f"cross-run stage {design.arbiter.name}: not counted, it needs at least 2 seeds (seed=1,2,3)")
+    return DesignEstimate(
+        design=design.name,
+        dataset=design.dataset.name,
+        n_questions=len(questions),
+        reader_model=spec.model,
+        judge_model=judge.model.model if judge is not None else "?",
+        reader_prices=reader_prices,
+        judge_prices=judge_prices,
+        max_output_tokens=max_output,
+        input_tokens=tuple(read.input_tokens for question_reads in reads for read in question_reads[:1]),
+        rules_certain=dict(rules_certain),
+        rules_possible=dict(rules_possible),
+        seeds=estimates,
+        notes=tuple(notes),
+        stage=stage_estimate,
+    )
+
+
+def stage_memory(design: Design, stage: Any, views: dict[str, Any], retriever: Any) -> Any:
+    """The memory a cross-run stage reads: its own (`arbiter.memory`, built as the parent builds it), else its view."""
+    if stage.memory is not None:
+        return stage.memory.build(retriever=retriever)
+    return views.get(stage.view) or design.build_view(retriever)
+
+
+def stage_messages(stage: Any, question: Any, memory: Any, reader: Any, runs: int, max_output: int) -> list[dict[str, Any]]:
+    """A cross-run stage's request for `question`, as large as it may be: the runs' earlier answers (when the
+    stage shows them) each as long as the reader may write (`max_output` words of one token)."""
+    from lme.answer.reader import build_reader_messages
+
+    longest = " ".join(["x"] * max_output)
+    extra = {"earlier_answers": [longest] * runs} if stage.earlier_answers else None
+    return build_reader_messages(stage.instruction, question, memory, reader.instruction_role, extra=extra,
+                                 payload=reader.payload)
+
+
+def model_built_note(writer: Any, cache_dir: Path) -> str:
+    """One line on a model-built memory's calls (`lme.memory.model_built`): one per distinct request, for every
+    seed together (they carry no seed), those already in the call cache free; the reader's input above is
+    counted over its inner memory, without the model's output."""
+    planned = planned_calls(writer, cache_dir)
+    return (f"memory {writer.name} ({planned.model}): {planned.requests} model calls for all seeds together, "
+            f"{planned.cached} already cached; {planned.input_tokens} input tokens to pay, at most "
+            f"{_money(planned.dollars_max)} ({_price_note(planned.prices).strip(' ()')}); "
+            "the reader's input is counted over its inner memory, without the model's output")
+
+
+def planned_calls(writer: Any, cache_dir: Path) -> PlannedCalls:
+    """What a model-built memory in `plan_only` mode would send: one call per distinct request (no seed)."""
+    from lme.models.cache import call_key
+    from lme.models.pricing import count_input_tokens, max_output_tokens
+
+    spec = writer.model
+    requests = {call_key(spec.model, messages, spec.params, None): messages for messages in writer.planned or []}
+    cached = _cached_keys(cache_dir, set(requests))
+    to_pay = [messages for key, messages in requests.items() if key not in cached]
+    tokens = sum(count_input_tokens(spec.model, messages) for messages in to_pay)
+    prices = _prices(spec)
+    dollars = _dollars(prices, tokens, len(to_pay) * (max_output_tokens(spec) or 0))
+    return PlannedCalls(spec.model, len(requests), len(cached), tokens, dollars, prices)
+
+
+# -- printing ---------------------------------------------------------------------------------------
+
+
+def _money(value: float | None) -> str:
+    return "unpriced" if value is None else f"${value:,.4f}"
+
+
+def _price_note(prices: tuple[float, float] | None) -> str:
+    if prices is None:
+        return "no known price"
+    if prices == (0.0, 0.0):
+        return "free"
+    return f"${prices[0] * 1e6:g} / ${prices[1] * 1e6:g} per million input / output tokens"
+
+
+def format_estimate(estimate: DesignEstimate) -> str:
+    """The printed block of one design (pure)."""
+    tokens = estimate.input_tokens
+    mean = sum(tokens) / max(1, len(tokens))
+    lines = [
+        f"design {estimate.design}: {estimate.n_questions} questions (dataset {estimate.dataset})",
+        f"  reader {estimate.reader_model} ({_price_note(estimate.reader_prices)}); "
+        f"judge {estimate.judge_model} ({_price_note(estimate.judge_prices)})",
+        f"  first pass: {len(tokens)} calls a seed, input tokens {sum(tokens):,} (mean {mean:,.0f}, "
+        f"max {max(tokens, default=0):,}; litellm token_counter), at most "
+        + (f"{estimate.max_output_tokens:,} output tokens a call" if estimate.max_output_tokens else "unknown output"),
+    ]
+    if estimate.rules_certain or estimate.rules_possible:
+        parts = [f"{name} on {count} questions (question text)" for name, count in estimate.rules_certain.items()]
+        parts += [
+            f"{name} x{times} on 0 to {estimate.n_questions} questions (answer text)"
+            for name, times in estimate.rules_possible.items()
+        ]
+        lines.append("  re-reads: " + "; ".join(parts))
+    else:
+        lines.append("  re-reads: none configured")
+    lines.append(
+        "  (calls in the cache are free and not priced; $ input = input tokens only, .. = up to every "
+        "call's maximum output)"
+    )
+    header = ("seed", "first pass calls (cached)", "first pass $", "re-read calls (cached)", "reader $",
+              "judge calls", "judge $")
+    rows = [header]
+    for seed in estimate.seeds:
+        reread_high = seed.reread_calls_certain + seed.reread_calls_possible
+        rows.append((
+            str(seed.seed),
+            f"{seed.first_pass_calls} ({seed.first_pass_cached})",
+            f"{_money(seed.first_pass_input_dollars)} .. {_money(seed.first_pass_max_dollars)}",
+            f"{seed.reread_calls_certain}..{reread_high} ({seed.reread_cached})",
+            f"{_money(seed.reader_dollars_low)} .. {_money(seed.reader_dollars_high)}",
+            f"<= {seed.judge_calls_max}",
+            f"{_money(seed.judge_dollars_low)} .. {_money(seed.judge_dollars_max)}",
+        ))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines.extend("  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
+    if len(estimate.seeds) > 1:
+        low = [s.reader_dollars_low for s in estimate.seeds]
+        high = [s.reader_dollars_high for s in estimate.seeds]
+        total_low = None if None in low else sum(low)  # type: ignore[arg-type]
+        total_high = None if None in high else sum(high)  # type: ignore[arg-type]
+        lines.append(f"  all {len(estimate.seeds)} seeds: reader {_money(total_low)} .. {_money(total_high)}")
+    if estimate.stage is not None:
+        lines.extend(stage_lines(estimate.stage, estimate.n_questions))
+    lines.extend(f"  note: {note}" for note in estimate.notes)
+    return "\n".join(lines)
+
+
+def stage_lines(stage: StageEstimate, n_questions: int) -> list[str]:
+    """The printed lines of a cross-run stage: an upper bound, and why."""
+    which = (f"the {stage.questions_max} of {n_questions} questions its select rule picks" if stage.selected_by_rule
+             else f"all {stage.questions_max} questions")
+    lines = [
+        f"  cross-run stage {stage.name} (after the {stage.runs} runs, once for all of them): an UPPER BOUND, as if "
+        f"the runs disagreed on {which}; which questions disagree is known only after the runs",
+        f"    reader <= {stage.reader_calls_max} calls, <= {stage.input_tokens_max:,} input tokens, at most "
+        f"{_money(stage.reader_dollars_max)}; judge <= {stage.judge_calls_max} calls, at most "
+        f"{_money(stage.judge_dollars_max)}",
+    ]
+    if stage.memory is not None:
+        m = stage.memory
+        lines.append(f"    its memory ({m.model}, a model-built memory): <= {m.requests} calls, {m.cached} already "
+                     f"cached; <= {m.input_tokens:,} input tokens to pay, at most {_money(m.dollars_max)} "
+                     f"({_price_note(m.prices).strip(' ()')}); the reader's input above is counted over its inner memory")
+    return lines

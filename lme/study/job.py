@@ -1,0 +1,514 @@
+"""One job: a design and a seed over the selected questions -> outcomes, journal, measures, MLflow run.
+
+`run_job(design)` builds the design's components, checks the run against its preregistration record,
+answers and judges every question (`lme.answer.run.run_questions`, journaled and resumable), writes
+`outcomes.jsonl`, `outcomes.csv` and `metrics.json` in the job's directory, logs the run to MLflow and
+prints one summary. A stop (a spending cap, a failure no retry can fix, Ctrl-C) keeps what finished and
+prints the command that resumes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+import os
+import sys
+import threading
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from lme.answer.steps import run_step_metrics
+from lme.data.dataset import load_dataset, loading_in_background, question_ids_of
+from lme.config.design import Design, plain
+from lme.util.errors import EXIT_BAD_INPUT, EXIT_BUDGET, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_SYSTEMIC, LmeError
+from lme.util.hashing import file_sha256_known, sha256_json
+from lme.util.heap import freeze_long_lived
+from lme.judge import JudgeLabel
+from lme.reporting.measures import run_measures
+from lme.models.cache import CallCache
+from lme.models.gateway import Gateway, SystemicFailure, preflight
+from lme.models.ledger import BudgetExhausted, Ledger
+from lme.models.litellm_loader import import_litellm, warm_call_path
+from lme.provenance.prereg import check_run
+from lme.study.resume import (budget_stop_message, interrupted_message, job_resume_command, store_stop_message,
+                        systemic_stop_message)
+from lme.answer.run import FIRST_PASS, Journal, Outcome, error_class, run_questions
+from lme.tracking.runs import (OUTCOMES_ARTIFACT, PARENT_ENV, DataInput, job_run_name, note_stop, open_run, run_stamp,
+                          ui_hint)
+
+
+def open_ledger(design: Design, job: str) -> Ledger:
+    """The study's spending ledger (`budget` config group), writing as `job`."""
+    return Ledger(design.ledger_path, study=design.study, job=job)
+
+
+def open_gateway(design: Design, cache: CallCache, ledger: Ledger) -> Gateway:
+    return Gateway(cache, ledger=ledger, budget=design.budget, calls_in_flight=design.calls_in_flight)
+
+
+def reuse_memories(design: Design, data_path: Path, builder: Any, views: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """The builders wrapped so that this process's later jobs (a multirun's seeds) reuse their memories:
+    a memory depends on the question, the memory's and the retriever's config, never on the seed
+    (`lme.memory.reuse`)."""
+    from lme.memory.reuse import ReusedMemory, file_identity, keep_only, memory_digest
+
+    common = (plain(design.retriever.node), file_identity(data_path))
+
+    def reused(node: Any, inner: Any) -> ReusedMemory:
+        return ReusedMemory(inner, memory_digest(plain(node), *common))
+
+    first = reused(design.memory.node, builder)
+    wrapped = {name: reused(design.view.node if design.view else {}, view) for name, view in views.items()}
+    keep_only({first.digest, *(view.digest for view in wrapped.values())})
+    return first, wrapped
+
+
+def warm_model_calls(design: Any) -> None:
+    """What the first model call would otherwise wait for, done while the data file loads (a study's start-up,
+    in the process that runs its jobs): litellm imported, the models' tokenizers loading in a thread
+    (`warm_tokenizers`) and litellm's first-call set-up done (`lme.models.litellm_loader.warm_call_path`)."""
+    import_litellm()
+    warm_tokenizers(design)
+    warm_call_path()
+
+
+def warm_tokenizers(design: Any) -> threading.Thread | None:
+    """Load the reader's and judge's tokenizers in a background thread while the data file loads and MLflow sets up, for
+    a design whose calls are counted (`lme.models.pricing.input_is_counted`, the gateway's rule): the first
+    count loads one, about 0.3-0.5 s that would otherwise come before the first request. Offline models
+    count nothing; a failure is left to the count that needs it."""
+    from lme.models.pricing import input_is_counted
+    from lme.models.spec import OFFLINE_PROVIDER
+
+    budget = getattr(design, "budget", None)
+    capped = budget is not None and budget.caps_dollars
+    models = []
+    for part in (getattr(design, "reader", None), getattr(design, "judge", None)):
+        node = getattr(getattr(part, "model", None), "node", None) or {}
+        name = str(node.get("model") or "")
+        counted = input_is_counted(capped, node.get("tokens_per_minute"))
+        if counted and name and not name.startswith(OFFLINE_PROVIDER + "/") and name not in models:
+            models.append(name)
+    if not models:
+        return None
+
+    def warm() -> None:
+        from lme.models.pricing import count_input_tokens
+
+        for model in models:
+            try:
+                count_input_tokens(model, [{"role": "user", "content": "warm"}])
+            except Exception:  # noqa: BLE001 - the job's own count says what is wrong
+                pass
+
+    thread = threading.Thread(target=warm, name="lme-warm-tokenizers", daemon=True)
+    thread.start()
+    return thread
+
+
+def embedding_parts(builders: Sequence[Any]) -> list[Any]:
+    """The semantic retrievers (`lme.retrieval.dense.semantic_parts`) that the memory builders rank with (a
+    model-built memory's through its inner builder), each once."""
+    from lme.retrieval.dense import semantic_parts
+
+    found: dict[int, Any] = {}
+    for builder in builders:
+        node = builder
+        while node is not None:
+            retriever = getattr(node, "retriever", None)
+            for part in semantic_parts(retriever) if retriever is not None else ():
+                found.setdefault(id(part), part)
+            node = getattr(node, "inner", None)
+    return list(found.values())
+
+
+_PREPARED: set[tuple[str, ...]] = set()  # (model, prompts, cache file, questions) embedded by this process
+
+
+def prepare_embeddings(parts: Sequence[Any], questions: Sequence[Any], label: str) -> None:
+    """Embed every turn and question text of `questions` with each semantic retriever before the first question,
+    in one batched pass through its cache (`DenseRetriever.prepare`), with progress labelled by the job
+    (`[hybrid seed=1] semantic: embedding turns with minilm-packaged 1,200/4,800 texts ...`: a bar on a
+    terminal, a line every interval otherwise) instead of per question, unseen, under a questions bar at 0.
+    The same texts in the same cache file are prepared once per process (a sweep's later seeds)."""
+    if not questions:
+        return
+    ids = sha256_json(sorted(str(question.question_id) for question in questions))
+    for part in parts:
+        key = (part.model_id, part.document_prompt, part.query_prompt, str(part.cache.path), ids)
+        if key in _PREPARED:
+            continue
+        part.prepare(questions, label=label, min_texts=1)
+        if part.cache.path is not None:  # a cache in memory belongs to this job's retriever only
+            _PREPARED.add(key)
+
+
+def cost_metrics(outcomes: list[Outcome]) -> dict[str, float]:
+    reader_calls = sum(o.reader.calls for o in outcomes)
+    built = [o for o in outcomes if not (o.steps and o.steps[0].memory_error)]  # a first-pass memory was built
+    metrics = {
+        "reader_calls": reader_calls,
+        "reader_cached_calls": sum(o.reader.cached_calls for o in outcomes),
+        "reader_failed_calls": sum(o.reader.failed_calls for o in outcomes),
+        "reader_input_tokens": sum(o.reader.input_tokens for o in outcomes),
+        "reader_output_tokens": sum(o.reader.output_tokens for o in outcomes),
+        "reader_cached_input_tokens": sum(o.reader.cached_input_tokens for o in outcomes),
+        "reader_cost_usd": sum(o.reader.cost_usd for o in outcomes),
+        "reader_spent_usd": sum(o.reader.spent_usd for o in outcomes),
+        "judge_calls": sum(o.judge.calls for o in outcomes),
+        "judge_cached_calls": sum(o.judge.cached_calls for o in outcomes),
+        "judge_failed_calls": sum(o.judge.failed_calls for o in outcomes),
+        "judge_input_tokens": sum(o.judge.input_tokens for o in outcomes),
+        "judge_output_tokens": sum(o.judge.output_tokens for o in outcomes),
+        "judge_cached_input_tokens": sum(o.judge.cached_input_tokens for o in outcomes),
+        "judge_cost_usd": sum(o.judge.cost_usd for o in outcomes),
+        "judge_spent_usd": sum(o.judge.spent_usd for o in outcomes),
+        "unpriced_calls": sum(o.reader.unpriced_calls + o.judge.unpriced_calls + o.memory.unpriced_calls
+                              for o in outcomes),
+        "missing_answers": sum(1 for o in outcomes if o.answer is None),
+        "missing_verdicts": sum(1 for o in outcomes if o.answer is not None and o.judge_error is not None),
+        "answered": sum(1 for o in outcomes if o.answer is not None),
+        "mean_memory_bytes": sum(o.memory_bytes for o in built) / max(1, len(built)),
+    }
+    metrics["reader_mean_input_tokens"] = metrics["reader_input_tokens"] / max(1, reader_calls)
+    metrics["reader_cost_per_answer_usd"] = metrics["reader_cost_usd"] / max(1, len(outcomes))
+    for part, counts in failure_counts(outcomes).items():
+        metrics.update({f"{part}_failed_calls.{name}": count for name, count in counts.items()})
+    metrics["model_calls_made"] = sum(
+        o.reader.calls - o.reader.cached_calls + o.judge.calls - o.judge.cached_calls
+        + o.memory.calls - o.memory.cached_calls for o in outcomes
+    )
+    metrics |= memory_model_metrics(outcomes)
+    return {key: float(value) for key, value in metrics.items()}
+
+
+def memory_model_metrics(outcomes: list[Outcome]) -> dict[str, float]:
+    """A model-built memory's calls over the questions (none: no metric): `memory_model_calls` and those
+    `_paid`, `_cached` (a memory built by an earlier job of this process counts as cached) and `_failed`,
+    tokens, `memory_model_cost_usd` (list price) and `memory_model_spent_usd` (paid by this job)."""
+    stats = [o.memory for o in outcomes]
+    if not any(s.calls for s in stats):
+        return {}
+    calls, cached, failed = (sum(getattr(s, name) for s in stats) for name in ("calls", "cached_calls", "failed_calls"))
+    return {
+        "memory_model_calls": float(calls),
+        "memory_model_calls_paid": float(calls - cached - failed),
+        "memory_model_calls_cached": float(cached),
+        "memory_model_calls_failed": float(failed),
+        "memory_model_input_tokens": float(sum(s.input_tokens for s in stats)),
+        "memory_model_output_tokens": float(sum(s.output_tokens for s in stats)),
+        "memory_model_cost_usd": sum(s.cost_usd for s in stats),
+        "memory_model_spent_usd": sum(s.spent_usd for s in stats),
+    }
+
+
+OUTCOMES_TABLE = "tables/outcomes.json"  # the per-question table, viewable in MLflow's artifact view
+
+
+def outcome_table(outcomes: list[Outcome]) -> list[dict[str, Any]]:
+    """One row per question: id, type, answer, verdict, the re-reads taken, tokens and dollars (`cost_usd`: reader,
+    judge and a model-built memory's calls, `memory_cost_usd` the last), and a failed memory step."""
+    return [{
+        "question_id": o.question_id,
+        "question_type": o.question_type,
+        "answer": o.answer,
+        "verdict": None if o.verdict == "missing" else o.verdict,
+        "rereads": " ".join(step.rule for step in o.steps if step.reread),
+        "reader_input_tokens": o.reader.input_tokens,
+        "reader_output_tokens": o.reader.output_tokens,
+        "judge_input_tokens": o.judge.input_tokens,
+        "cost_usd": round(o.reader.cost_usd + o.judge.cost_usd + o.memory.cost_usd, 8),
+        "memory_cost_usd": round(o.memory.cost_usd, 8),
+        "memory_bytes": o.memory_bytes,
+        "memory_error": o.memory_error,
+    } for o in outcomes]
+
+
+def write_csv(outcomes: list[Outcome], path: Path, rows: list[dict[str, Any]] | None = None) -> None:
+    """The outcomes as one flat CSV row each; `rows`: their `asdict`, when the caller has it already."""
+    rows = [asdict(o) for o in outcomes] if rows is None else rows
+    flat = [{k: v for k, v in row.items() if not isinstance(v, (dict, list))} | {
+        f"{part}_{k}": v for part in ("reader", "judge", "memory") for k, v in row[part].items()
+    } | {
+        "rules_reread": " ".join(step["rule"] for step in row["steps"] if step["reread"]),
+        "rereads_failed": sum(1 for step in row["steps"] if step["reread"] and step["failed"]),
+    } for row in rows]
+    import io
+
+    from lme.util.files import write_bytes_atomic
+
+    handle = io.StringIO(newline="")
+    writer = csv.DictWriter(handle, fieldnames=list(flat[0]) if flat else ["question_id"])
+    writer.writeheader()
+    writer.writerows(flat)
+    # whole or not at all (a full disk: one sentence); a lone surrogate in a reply becomes U+FFFD here only
+    write_bytes_atomic(path, handle.getvalue().encode("utf-8", "replace"))
+
+
+def run_job(design: Design) -> dict[str, float]:
+    """Run one job of the design; returns its metrics. Progress (a bar on a terminal, a line every 30 s
+    otherwise) follows the design's `progress` for everything the job does, embedding included."""
+    from lme.util.progress import config_flag, enabled_as
+
+    with enabled_as(config_flag(design.progress)):
+        return _run_job(design)
+
+
+def _run_job(design: Design) -> dict[str, float]:
+    from lme.util.progress import progress as progress_bar
+
+    seed, name = design.seed, design.name
+    reader = design.reader.build()
+    judge = design.judge.build()  # reads and verifies the judge templates
+    # A process that has not loaded the data file yet (a single run; a multirun's parent started it already)
+    # loads it in a background thread, its decompression on another core, while litellm imports here.
+    with loading_in_background(design.dataset) as prefetching:  # parsed after litellm's import, not beside it
+        preflight([reader.model, judge.model])  # every paid model's credentials, before the questions are used
+        if prefetching is not None:
+            warm_model_calls(design)  # here, not on the event loop at the first call
+    if prefetching is not None and design.tracking.enabled:  # the helper holding MLflow, started beside the load
+        from lme.tracking.traces import start_helper
+
+        start_helper(design.tracking)
+    data_path, questions = load_dataset(design.dataset)
+    prereg_tags = check_run(design, data_path, questions)  # before any model call: refuses a run unlike its record
+
+    retriever = design.build_retriever()
+    builder = design.build_memory(retriever)
+    instruction, rules = design.instructions.first_pass, design.instructions.rules
+    views = design.build_views(retriever)
+    to_embed = embedding_parts([builder, *views.values()])  # embedded before the questions (`prepare_embeddings`)
+    if not design.dataset.stream:  # a streamed file is read one question at a time: nothing is kept
+        builder, views = reuse_memories(design, data_path, builder, views)
+
+    out_dir = design.output_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    journal = Journal(out_dir / OUTCOMES_ARTIFACT)
+    journal.read()  # a journal that cannot be resumed is refused (one sentence) before any run or call starts
+    cache = CallCache(design.cache_dir / "calls.sqlite")
+    ledger = open_ledger(design, design.job_name or str(out_dir.resolve()))  # a resumed job keeps its name
+    gateway = open_gateway(design, cache, ledger)
+    from lme.retrieval.dense import attach_gateway
+
+    attach_gateway(retriever, gateway)  # embedding API calls: this job's call cache, ledger and caps
+    from lme.memory.model_built import attach_gateway as attach_memory_gateway
+
+    attach_memory_gateway([builder, *views.values()], gateway)  # a model-built memory's calls: the same
+
+    freeze_long_lived("job")  # imports and these parts live until exit: no collection walks them again
+    params = design.params()  # refuses a key-like value before any MLflow run exists
+    dataset_name = design.dataset.name
+    tracker = None
+    traces = None  # one MLflow trace per question (lme.tracking.traces), unless tracking.traces=off
+    status, failure, stop = "FAILED", None, None
+    try:
+        if design.tracking.enabled:
+            parent = os.environ.get(PARENT_ENV)
+            tracker = open_run(  # held by the helper (lme.tracking.helper): this process never imports MLflow
+                design.tracking,  # named with its outputs' folder (a sweep's: the sweep's), telling two sweeps apart
+                run_name=job_run_name(name, dataset_name, seed, run_stamp(out_dir.parent if parent else out_dir)),
+                tags={
+                    "lme.role": "job",
+                    "lme.design": name,
+                    "lme.dataset": dataset_name,
+                    "lme.seed": str(seed),
+                    "lme.judge": judge.name,
+                    "lme.judge_official": str(judge.official).lower(),  # LongMemEval's templates (judge.official)
+                    "lme.judge_description": judge.label.text,  # the LongMemEval judge only on its protocol's model
+                    "lme.reader": reader.name,
+                    **({"mlflow.note.content": design.description} if design.description else {}),
+                    **prereg_tags,
+                },
+                parent_id=parent,
+            )
+            params["dataset.sha256"] = file_sha256_known(data_path)  # once per process and file
+            params.update({f"instruction.{step}.sha256": digest for step, digest in design.instructions.sha256s().items()})
+            params["n_questions"] = str(len(questions))
+            params.update({f"judge.template_sha256.{k}": v for k, v in judge.digests.items()})
+            tracker.log_params(params)
+            tracker.log_text(design.config_yaml, "config.yaml")
+            for step, text in design.instructions.texts.items():
+                tracker.log_text(text + "\n", f"instructions/{step}.txt")
+            tracker.register_instructions(name, design.instructions.texts)  # MLflow's Prompt Registry, not waited for
+            ids = question_ids_of(questions)
+            tracker.log_text("".join(f"{qid}\n" for qid in ids), "question_ids.txt")
+            tracker.log_dataset(DataInput(dataset_name, data_path, params["dataset.sha256"], len(ids), sha256_json(ids)))
+            if design.tracking.traces != "off":
+                from lme.tracking.traces import TraceWriter
+
+                traces = TraceWriter(design.tracking, tracker.run_id, judge=judge, cache_dir=design.cache_dir, tags={
+                    "lme.design": name, "lme.seed": str(seed), "lme.dataset_sha256": params["dataset.sha256"]},
+                    experiment=tracker.experiment_id)
+
+        if to_embed and not design.dataset.stream:  # the embedding first, with its progress, not under "0/N questions"
+            done = {outcome.question_id for outcome in journal.read() if outcome.complete}
+            prepare_embeddings(to_embed, [q for q in questions if q.question_id not in done], f"[{name} seed={seed}]")
+        bars = []  # the job's progress, started once the journal says how many questions are already done
+
+        def on_resume(kept: int) -> None:
+            bars.append(progress_bar(f"[{name} seed={seed}]", len(questions), "questions",
+                                     initial=min(kept, len(questions))))
+
+        def on_outcome(outcome: Outcome, done: int) -> None:
+            bars[0].update()
+            if design.verbose:
+                mark = "correct" if outcome.correct else "wrong"
+                bars[0].write(f"[{name} seed={seed}] {done}/{len(questions)} {outcome.question_id}: {mark}")
+
+        try:
+            outcomes = asyncio.run(
+                run_questions(
+                    questions, builder, reader, instruction, judge, gateway, seed, journal,
+                    concurrency=design.concurrency, on_outcome=on_outcome, on_resume=on_resume, rules=rules,
+                    views=views, on_record=traces.write if traces is not None else None,
+                    routes=design.instructions.routes,
+                )
+            )
+        finally:
+            for bar in bars:
+                bar.close()
+        types = {o.question_id: o.question_type for o in outcomes}
+        correct = {o.question_id: o.correct for o in outcomes}
+        abstention = {o.question_id for o in outcomes if o.abstention}
+        metrics = run_measures(correct, types, abstention).as_metrics() | cost_metrics(outcomes)
+        rows = [asdict(o) for o in outcomes]  # once: the step metrics and the CSV both read them
+        metrics |= run_step_metrics(rows)
+        write_csv(outcomes, out_dir / "outcomes.csv", rows)
+        from lme.util.files import write_text_atomic
+
+        write_text_atomic(out_dir / "metrics.json", json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+        if tracker is not None:
+            tracker.log_metrics(metrics)
+            tracker.log_artifact(journal.path)
+            tracker.log_artifact(out_dir / "outcomes.csv")
+            tracker.log_table(outcome_table(outcomes), OUTCOMES_TABLE)
+        failure = incomplete_note(metrics)
+        status = "FAILED" if failure else "FINISHED"
+    except BudgetExhausted as exc:  # a cap: what finished is journaled; say how to resume
+        status, failure = "KILLED", str(exc)
+        stop = (EXIT_BUDGET, budget_stop_message(exc, len(journal.read()), len(questions), out_dir, design.launch))
+    except SystemicFailure as exc:  # no retry can fix it: nothing more is sent
+        failure = str(exc)
+        stop = (EXIT_SYSTEMIC, systemic_stop_message(exc, len(journal.read()), len(questions), out_dir, design.launch))
+    except KeyboardInterrupt:
+        status, failure = "KILLED", "interrupted (Ctrl-C)"
+        stop = (EXIT_INTERRUPTED, interrupted_message(len(journal.read()), len(questions), out_dir, design.launch))
+    except LmeError as exc:  # a file the job keeps failed as it ran (a full disk, a store moved or locked): one sentence
+        failure = str(exc)
+        try:
+            journaled: int | None = len(journal.read())
+        except LmeError:  # the journal itself is the file that failed
+            journaled = None
+        stop = (EXIT_BAD_INPUT, store_stop_message(exc, journaled, len(questions), out_dir, design.launch))
+    finally:
+        if traces is not None:
+            traces.close()  # the questions answered so far keep their traces, whatever stopped the job
+            if tracker is not None and traces.written:  # what tracing cost, on the helper's core
+                tracker.log_metrics({"traces_written": traces.written,
+                                     "trace_cpu_ms_per_question": round(1000 * traces.cpu_s / traces.written, 2)})
+        if tracker is not None:
+            tracker.finish(status, failure)
+        gateway.close_background()  # the event loop of embedding API calls, if the retriever started one
+        cache.close()
+        ledger.close()
+    if stop is not None:
+        print(stop[1], file=sys.stderr, flush=True)
+        note_stop(status, failure or "stopped")  # a multirun parent ends with the job's reason
+        raise SystemExit(stop[0])
+    print_summary(name, seed, judge.name, judge.label, metrics, out_dir, tracker.run_id if tracker else None,
+                  stand_ins=offline_stand_ins(reader.model, judge.model))
+    if tracker is not None and not os.environ.get(PARENT_ENV):  # a sweep's parent prints it once, at the end
+        print(f"MLflow: {ui_hint(design.tracking, tracker.experiment_id)} (design, dataset, seed, accuracy per run)",
+              flush=True)
+    if failure:
+        INCOMPLETE_JOBS.append(f"design {name}, seed {seed}: {failure}")
+        print(f"lme: {failure} (exit status {EXIT_INCOMPLETE}); to ask for exactly those, rerun the same command in "
+              "the same folder: " + job_resume_command(out_dir, design.launch), file=sys.stderr, flush=True)
+    return metrics
+
+
+INCOMPLETE_JOBS: list[str] = []  # jobs of this process that finished with missing answers or verdicts
+
+
+def incomplete_note(metrics: Mapping[str, float]) -> str | None:
+    """Why a finished job is incomplete (answers or verdicts missing), or None."""
+    missing = int(metrics.get("missing_answers", 0))
+    unjudged = int(metrics.get("missing_verdicts", 0))
+    parts = []
+    if missing:
+        parts.append(f"{missing} answer{'s' if missing != 1 else ''} missing")
+    if unjudged:
+        parts.append(f"{unjudged} verdict{'s' if unjudged != 1 else ''} missing")
+    return ", ".join(parts) or None
+
+
+def failure_counts(outcomes: list[Outcome]) -> dict[str, Counter[str]]:
+    """Failed reader, judge and memory-step calls by error class, over every step."""
+    counts: dict[str, Counter[str]] = {"reader": Counter(), "judge": Counter(), "memory": Counter()}
+    for outcome in outcomes:
+        for step in outcome.steps:
+            if step.memory_error:  # its memory failed: no reader call was made
+                counts["memory"][error_class(step.memory_error)] += 1
+            elif step.failed and (step.reread or step.rule == FIRST_PASS):
+                counts["reader"][error_class(step.error)] += 1
+            if step.judge_error:
+                counts["judge"][error_class(step.judge_error)] += 1
+    return counts
+
+
+def failures_line(metrics: Mapping[str, float]) -> str:
+    """`3 reader calls and 1 judge call failed (TimeoutError); 2 answers missing` ('' when nothing failed);
+    the error classes come from the metrics `reader_failed_calls.<class>`, `judge_failed_calls.<class>` and
+    `memory_failed_calls.<class>` (a model-built memory's calls: `memory_model_calls_failed`)."""
+    failed = {"reader": int(metrics.get("reader_failed_calls", 0)), "judge": int(metrics.get("judge_failed_calls", 0)),
+              "memory-model": int(metrics.get("memory_model_calls_failed", 0))}
+    classes = {part: [key.split(".", 1)[1] for key, value in metrics.items()
+                      if key.startswith(f"{part}_failed_calls.") and value] for part in ("reader", "judge", "memory")}
+    parts = [f"{count} {part} call{'s' if count != 1 else ''}" for part, count in failed.items() if count]
+    text = ""
+    if parts:
+        names = sorted({name for part in classes.values() for name in part})
+        text = " and ".join(parts) + " failed" + (f" ({', '.join(names)})" if names else "")
+    missing = incomplete_note(metrics)
+    if missing:
+        text = f"{text}; {missing}" if text else missing
+    return text
+
+
+def offline_stand_ins(*specs: Any) -> list[str]:
+    """The offline stand-ins (`lme-offline/...`) among the models of `specs` (`ModelSpec`s), in order."""
+    return list(dict.fromkeys(spec.model for spec in specs if getattr(spec, "is_offline", False)))
+
+
+def print_summary(design: str, seed: int, judge: str, label: JudgeLabel, metrics: Mapping[str, float],
+                   out_dir: Path, run_id: str | None, stand_ins: Sequence[str] = ()) -> None:
+    """The job's lines on stdout: accuracy and failures, calls and cost, where the outcomes are, and which judge
+    (`label`: nothing added for the LongMemEval judge, its description for any other);
+    with `stand_ins` (the offline models that answered or judged), once per process, that its scores say nothing
+    about the design."""
+    judge_note = "" if label.kind == "longmemeval" else f" ({label.text})"
+    failures = failures_line(metrics)
+    lines = [
+        f"design {design}, seed {seed}: accuracy {metrics['accuracy']:.3f} "
+        f"({int(metrics['n_correct'])}/{int(metrics['n_questions'])})"
+        + (f"; {failures}" if failures else "")
+        + f"; task-averaged {metrics['task_averaged_accuracy']:.3f}; judge {judge}{judge_note}",
+        f"  model calls made {int(metrics['model_calls_made'])}, reader cost ${metrics['reader_cost_usd']:.4f}, "
+        f"judge cost ${metrics['judge_cost_usd']:.4f}"
+        + (f", memory-model cost ${metrics['memory_model_cost_usd']:.4f}" if "memory_model_cost_usd" in metrics else "")
+        + f"; outcomes in {out_dir}"
+        + (f"; MLflow run {run_id}" if run_id else ""),
+    ]
+    if stand_ins and tuple(stand_ins) not in _STAND_INS_NOTED:  # once per process: a sweep's jobs say it once
+        from lme.models.offline import stand_ins_note
+
+        _STAND_INS_NOTED.add(tuple(stand_ins))
+        lines.append(f"  {stand_ins_note(stand_ins)}.")
+    print("\n".join(lines), flush=True)
+
+
+_STAND_INS_NOTED: set[tuple[str, ...]] = set()  # the stand-ins whose note this process has printed
