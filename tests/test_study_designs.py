@@ -151,9 +151,9 @@ def test_the_bm25_memory_with_resolved_date_lines_is_the_bm25_memory_with_them()
     assert "resolved_dates" not in design("dev_bm25_96kb").memory.node
 
 
-def test_every_command_of_the_readmes_study_tables_composes_as_written():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### The reference study's designs", 1)[1].split("\n## ", 1)[0]
+def test_every_command_of_the_study_pages_tables_composes_as_written():
+    page = (ROOT / "docs" / "reference-study.md").read_text(encoding="utf-8")
+    section = page.split("\n## The reference study's designs\n", 1)[1].split("\n## ", 1)[0]
     commands = re.findall(r"`python -m lme (\+design=study/[^`]+)`", section)
     named = {command.split()[0].removeprefix("+design=study/") for command in commands}
     files = {path.stem for path in (CONF_DIR / "design" / "study").glob("*.yaml")}

@@ -278,8 +278,8 @@ def test_provider_formats_carry_faults_and_limits_too(name, test_key):
 
 
 def models_table() -> dict[tuple[str, str], tuple[str, str, str]]:
-    """The README's Models tables: (group, option) -> (model id, key variable, price cell)."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    """The Models tables of docs/configuration.md: (group, option) -> (model id, key variable, price cell)."""
+    text = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
     section = text.split("\n### Models\n", 1)[1].split("\n#", 1)[0]
     rows = {}
     for line in section.splitlines():
