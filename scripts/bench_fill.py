@@ -33,7 +33,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from bench_common import DEFAULT_S, ROOT, Row, report  # noqa: E402
+from bench_common import DEFAULT_S, ROOT, Row, missing_extra, report, skipped  # noqa: E402
 
 STAGE = "fill"
 TARGET_MINUTES = 50.0  # filling S with `lme embed` on 2 cores (issue 20)
@@ -100,6 +100,9 @@ def distinct_texts(data: Path) -> int:
 
 def rows(data: Path = DEFAULT_S, questions: int | None = 10, backend: str = "onnx/int8",
          work: Path | None = None) -> list[Row]:
+    absent = missing_extra("openvino") if backend.startswith("openvino/") else None
+    if absent:
+        return [skipped(STAGE, f"filling {data.name} with lme embed ({backend}, projected)", absent)]
     root = Path(tempfile.mkdtemp(prefix="lme-bench-fill-")) if work is None else work
     try:
         return _rows(data, questions, backend, root)
