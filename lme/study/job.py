@@ -17,7 +17,7 @@ import sys
 import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -259,11 +259,55 @@ def run_job(design: Design) -> dict[str, float]:
 
 
 def _run_job(design: Design) -> dict[str, float]:
-    from lme.util.progress import progress as progress_bar
-
-    seed, name = design.seed, design.name
+    """The job's steps: build and load, check the run against its record, open its stores, answer every question
+    under its MLflow run, close what it opened, then stop with the resume command or print the summary."""
     reader = design.reader.build()
     judge = design.judge.build()  # reads and verifies the judge templates
+    _start_up(design, reader, judge)
+    data_path, questions = load_dataset(design.dataset)
+    prereg_tags = check_run(design, data_path, questions)  # before any model call: refuses a run unlike its record
+    parts = _build_parts(design, reader, judge, data_path)
+    journal = _open_journal(design.output_dir)
+    cache, ledger, gateway = _open_stores(design, parts)
+    freeze_long_lived("job")  # imports and these parts live until exit: no collection walks them again
+    params = design.params()  # refuses a key-like value before any MLflow run exists
+    tracker = traces = None  # traces: one MLflow trace per question (lme.tracking.traces), unless tracking.traces=off
+    status, failure, stop = "FAILED", None, None
+    try:
+        if design.tracking.enabled:
+            tracker = _open_tracker(design, parts, prereg_tags)
+            _log_inputs(tracker, design, parts, params, data_path, questions)
+            traces = _open_traces(design, parts, tracker, params["dataset.sha256"])
+        _embed_first(design, parts, questions, journal)
+        outcomes = _answer_questions(design, parts, questions, journal, gateway, traces)
+        metrics = _write_results(outcomes, design.output_dir, journal, tracker)
+        failure = incomplete_note(metrics)
+        status = "FAILED" if failure else "FINISHED"
+    except (BudgetExhausted, SystemicFailure, KeyboardInterrupt, LmeError) as exc:
+        status, failure = _stopped_status(exc)
+        stop = _stop(exc, journal, len(questions), design)
+    finally:
+        _close_job(traces, tracker, status, failure, gateway, cache, ledger)
+    if stop is not None:
+        _exit_stopped(stop, status, failure)
+    _report_job(design, parts, metrics, tracker, failure)
+    return metrics
+
+
+@dataclass(frozen=True)
+class _Parts:
+    """What the job's questions go through: the reader, the judge, the retriever, the memory builders (the first
+    pass's and the rules' views) and the semantic retrievers to embed with before the first question."""
+    reader: Any
+    judge: Any
+    retriever: Any
+    builder: Any
+    views: dict[str, Any]
+    to_embed: list[Any]
+
+
+def _start_up(design: Design, reader: Any, judge: Any) -> None:
+    """Check the models' credentials and warm the call path while the data file loads; start the MLflow helper."""
     # A process that has not loaded the data file yet (a single run; a multirun's parent started it already)
     # loads it in a background thread, its decompression on another core, while litellm imports here.
     with loading_in_background(design.dataset) as prefetching:  # parsed after litellm's import, not beside it
@@ -274,153 +318,211 @@ def _run_job(design: Design) -> dict[str, float]:
         from lme.tracking.traces import start_helper
 
         start_helper(design.tracking)
-    data_path, questions = load_dataset(design.dataset)
-    prereg_tags = check_run(design, data_path, questions)  # before any model call: refuses a run unlike its record
 
+
+def _build_parts(design: Design, reader: Any, judge: Any, data_path: Path) -> _Parts:
+    """Build the retriever and the memory builders; outside a streamed run, wrap them to reuse their memories."""
     retriever = design.build_retriever()
     builder = design.build_memory(retriever)
-    instruction, rules = design.instructions.first_pass, design.instructions.rules
     views = design.build_views(retriever)
     to_embed = embedding_parts([builder, *views.values()])  # embedded before the questions (`prepare_embeddings`)
     if not design.dataset.stream:  # a streamed file is read one question at a time: nothing is kept
         builder, views = reuse_memories(design, data_path, builder, views)
+    return _Parts(reader, judge, retriever, builder, views, to_embed)
 
-    out_dir = design.output_dir
+
+def _open_journal(out_dir: Path) -> Journal:
+    """The job's folder and its journal, refused (one sentence) if it cannot be resumed."""
     out_dir.mkdir(parents=True, exist_ok=True)
     journal = Journal(out_dir / OUTCOMES_ARTIFACT)
     journal.read()  # a journal that cannot be resumed is refused (one sentence) before any run or call starts
+    return journal
+
+
+def _open_stores(design: Design, parts: _Parts) -> tuple[CallCache, Ledger, Gateway]:
+    """The call cache, the ledger and the gateway, which the retriever's and memories' model calls go through too."""
     cache = CallCache(design.cache_dir / "calls.sqlite")
-    ledger = open_ledger(design, design.job_name or str(out_dir.resolve()))  # a resumed job keeps its name
+    ledger = open_ledger(design, design.job_name or str(design.output_dir.resolve()))  # a resumed job keeps its name
     gateway = open_gateway(design, cache, ledger)
     from lme.retrieval.dense import attach_gateway
 
-    attach_gateway(retriever, gateway)  # embedding API calls: this job's call cache, ledger and caps
+    attach_gateway(parts.retriever, gateway)  # embedding API calls: this job's call cache, ledger and caps
     from lme.memory.model_built import attach_gateway as attach_memory_gateway
 
-    attach_memory_gateway([builder, *views.values()], gateway)  # a model-built memory's calls: the same
+    attach_memory_gateway([parts.builder, *parts.views.values()], gateway)  # a model-built memory's calls: the same
+    return cache, ledger, gateway
 
-    freeze_long_lived("job")  # imports and these parts live until exit: no collection walks them again
-    params = design.params()  # refuses a key-like value before any MLflow run exists
-    dataset_name = design.dataset.name
-    tracker = None
-    traces = None  # one MLflow trace per question (lme.tracking.traces), unless tracking.traces=off
-    status, failure, stop = "FAILED", None, None
+
+def _open_tracker(design: Design, parts: _Parts, prereg_tags: Mapping[str, str]) -> Any:
+    """The job's MLflow run, named and tagged, under the sweep's parent run when there is one."""
+    name, seed, dataset_name, judge = design.name, design.seed, design.dataset.name, parts.judge
+    out_dir = design.output_dir
+    parent = os.environ.get(PARENT_ENV)
+    return open_run(  # held by the helper (lme.tracking.helper): this process never imports MLflow
+        design.tracking,  # named with its outputs' folder (a sweep's: the sweep's), telling two sweeps apart
+        run_name=job_run_name(name, dataset_name, seed, run_stamp(out_dir.parent if parent else out_dir)),
+        tags={
+            "lme.role": "job",
+            "lme.design": name,
+            "lme.dataset": dataset_name,
+            "lme.seed": str(seed),
+            "lme.judge": judge.name,
+            "lme.judge_official": str(judge.official).lower(),  # LongMemEval's templates (judge.official)
+            "lme.judge_description": judge.label.text,  # the LongMemEval judge only on its protocol's model
+            "lme.reader": parts.reader.name,
+            **({"mlflow.note.content": design.description} if design.description else {}),
+            **prereg_tags,
+        },
+        parent_id=parent,
+    )
+
+
+def _log_inputs(tracker: Any, design: Design, parts: _Parts, params: dict[str, str], data_path: Path,
+                questions: Sequence[Any]) -> None:
+    """Log the run's params (adding the data file's, instructions' and judge templates' digests to `params`), its
+    config, instructions, question ids and dataset."""
+    name, judge = design.name, parts.judge
+    params["dataset.sha256"] = file_sha256_known(data_path)  # once per process and file
+    params.update({f"instruction.{step}.sha256": digest for step, digest in design.instructions.sha256s().items()})
+    params["n_questions"] = str(len(questions))
+    params.update({f"judge.template_sha256.{k}": v for k, v in judge.digests.items()})
+    tracker.log_params(params)
+    tracker.log_text(design.config_yaml, "config.yaml")
+    for step, text in design.instructions.texts.items():
+        tracker.log_text(text + "\n", f"instructions/{step}.txt")
+    tracker.register_instructions(name, design.instructions.texts)  # MLflow's Prompt Registry, not waited for
+    ids = question_ids_of(questions)
+    tracker.log_text("".join(f"{qid}\n" for qid in ids), "question_ids.txt")
+    tracker.log_dataset(DataInput(design.dataset.name, data_path, params["dataset.sha256"], len(ids), sha256_json(ids)))
+
+
+def _open_traces(design: Design, parts: _Parts, tracker: Any, dataset_sha256: str) -> Any:
+    """The writer of one MLflow trace per question under the job's run, or None with `tracking.traces=off`."""
+    if design.tracking.traces == "off":
+        return None
+    from lme.tracking.traces import TraceWriter
+
+    return TraceWriter(design.tracking, tracker.run_id, judge=parts.judge, cache_dir=design.cache_dir, tags={
+        "lme.design": design.name, "lme.seed": str(design.seed), "lme.dataset_sha256": dataset_sha256},
+        experiment=tracker.experiment_id)
+
+
+def _embed_first(design: Design, parts: _Parts, questions: Sequence[Any], journal: Journal) -> None:
+    """Embed the questions not yet done, with their own progress, before the questions' bar starts at 0/N."""
+    if parts.to_embed and not design.dataset.stream:  # with its progress, not under "0/N questions"
+        done = {outcome.question_id for outcome in journal.read() if outcome.complete}
+        prepare_embeddings(parts.to_embed, [q for q in questions if q.question_id not in done],
+                           f"[{design.name} seed={design.seed}]")
+
+
+def _answer_questions(design: Design, parts: _Parts, questions: Sequence[Any], journal: Journal, gateway: Gateway,
+                      traces: Any) -> list[Outcome]:
+    """Answer and judge every question not yet journaled, with the job's progress bar; their outcomes."""
+    from lme.util.progress import progress as progress_bar
+
+    name, seed = design.name, design.seed
+    bars = []  # the job's progress, started once the journal says how many questions are already done
+
+    def on_resume(kept: int) -> None:
+        bars.append(progress_bar(f"[{name} seed={seed}]", len(questions), "questions",
+                                 initial=min(kept, len(questions))))
+
+    def on_outcome(outcome: Outcome, done: int) -> None:
+        bars[0].update()
+        if design.verbose:
+            mark = "correct" if outcome.correct else "wrong"
+            bars[0].write(f"[{name} seed={seed}] {done}/{len(questions)} {outcome.question_id}: {mark}")
+
     try:
-        if design.tracking.enabled:
-            parent = os.environ.get(PARENT_ENV)
-            tracker = open_run(  # held by the helper (lme.tracking.helper): this process never imports MLflow
-                design.tracking,  # named with its outputs' folder (a sweep's: the sweep's), telling two sweeps apart
-                run_name=job_run_name(name, dataset_name, seed, run_stamp(out_dir.parent if parent else out_dir)),
-                tags={
-                    "lme.role": "job",
-                    "lme.design": name,
-                    "lme.dataset": dataset_name,
-                    "lme.seed": str(seed),
-                    "lme.judge": judge.name,
-                    "lme.judge_official": str(judge.official).lower(),  # LongMemEval's templates (judge.official)
-                    "lme.judge_description": judge.label.text,  # the LongMemEval judge only on its protocol's model
-                    "lme.reader": reader.name,
-                    **({"mlflow.note.content": design.description} if design.description else {}),
-                    **prereg_tags,
-                },
-                parent_id=parent,
+        return asyncio.run(
+            run_questions(
+                questions, parts.builder, parts.reader, design.instructions.first_pass, parts.judge, gateway, seed,
+                journal, concurrency=design.concurrency, on_outcome=on_outcome, on_resume=on_resume,
+                rules=design.instructions.rules, views=parts.views,
+                on_record=traces.write if traces is not None else None, routes=design.instructions.routes,
             )
-            params["dataset.sha256"] = file_sha256_known(data_path)  # once per process and file
-            params.update({f"instruction.{step}.sha256": digest for step, digest in design.instructions.sha256s().items()})
-            params["n_questions"] = str(len(questions))
-            params.update({f"judge.template_sha256.{k}": v for k, v in judge.digests.items()})
-            tracker.log_params(params)
-            tracker.log_text(design.config_yaml, "config.yaml")
-            for step, text in design.instructions.texts.items():
-                tracker.log_text(text + "\n", f"instructions/{step}.txt")
-            tracker.register_instructions(name, design.instructions.texts)  # MLflow's Prompt Registry, not waited for
-            ids = question_ids_of(questions)
-            tracker.log_text("".join(f"{qid}\n" for qid in ids), "question_ids.txt")
-            tracker.log_dataset(DataInput(dataset_name, data_path, params["dataset.sha256"], len(ids), sha256_json(ids)))
-            if design.tracking.traces != "off":
-                from lme.tracking.traces import TraceWriter
-
-                traces = TraceWriter(design.tracking, tracker.run_id, judge=judge, cache_dir=design.cache_dir, tags={
-                    "lme.design": name, "lme.seed": str(seed), "lme.dataset_sha256": params["dataset.sha256"]},
-                    experiment=tracker.experiment_id)
-
-        if to_embed and not design.dataset.stream:  # the embedding first, with its progress, not under "0/N questions"
-            done = {outcome.question_id for outcome in journal.read() if outcome.complete}
-            prepare_embeddings(to_embed, [q for q in questions if q.question_id not in done], f"[{name} seed={seed}]")
-        bars = []  # the job's progress, started once the journal says how many questions are already done
-
-        def on_resume(kept: int) -> None:
-            bars.append(progress_bar(f"[{name} seed={seed}]", len(questions), "questions",
-                                     initial=min(kept, len(questions))))
-
-        def on_outcome(outcome: Outcome, done: int) -> None:
-            bars[0].update()
-            if design.verbose:
-                mark = "correct" if outcome.correct else "wrong"
-                bars[0].write(f"[{name} seed={seed}] {done}/{len(questions)} {outcome.question_id}: {mark}")
-
-        try:
-            outcomes = asyncio.run(
-                run_questions(
-                    questions, builder, reader, instruction, judge, gateway, seed, journal,
-                    concurrency=design.concurrency, on_outcome=on_outcome, on_resume=on_resume, rules=rules,
-                    views=views, on_record=traces.write if traces is not None else None,
-                    routes=design.instructions.routes,
-                )
-            )
-        finally:
-            for bar in bars:
-                bar.close()
-        types = {o.question_id: o.question_type for o in outcomes}
-        correct = {o.question_id: o.correct for o in outcomes}
-        abstention = {o.question_id for o in outcomes if o.abstention}
-        metrics = run_measures(correct, types, abstention).as_metrics() | cost_metrics(outcomes)
-        rows = [asdict(o) for o in outcomes]  # once: the step metrics and the CSV both read them
-        metrics |= run_step_metrics(rows)
-        write_csv(outcomes, out_dir / "outcomes.csv", rows)
-        from lme.util.files import write_text_atomic
-
-        write_text_atomic(out_dir / "metrics.json", json.dumps(metrics, indent=2, sort_keys=True) + "\n")
-        if tracker is not None:
-            tracker.log_metrics(metrics)
-            tracker.log_artifact(journal.path)
-            tracker.log_artifact(out_dir / "outcomes.csv")
-            tracker.log_table(outcome_table(outcomes), OUTCOMES_TABLE)
-        failure = incomplete_note(metrics)
-        status = "FAILED" if failure else "FINISHED"
-    except BudgetExhausted as exc:  # a cap: what finished is journaled; say how to resume
-        status, failure = "KILLED", str(exc)
-        stop = (EXIT_BUDGET, budget_stop_message(exc, len(journal.read()), len(questions), out_dir, design.launch))
-    except SystemicFailure as exc:  # no retry can fix it: nothing more is sent
-        failure = str(exc)
-        stop = (EXIT_SYSTEMIC, systemic_stop_message(exc, len(journal.read()), len(questions), out_dir, design.launch))
-    except KeyboardInterrupt:
-        status, failure = "KILLED", "interrupted (Ctrl-C)"
-        stop = (EXIT_INTERRUPTED, interrupted_message(len(journal.read()), len(questions), out_dir, design.launch))
-    except LmeError as exc:  # a file the job keeps failed as it ran (a full disk, a store moved or locked): one sentence
-        failure = str(exc)
-        try:
-            journaled: int | None = len(journal.read())
-        except LmeError:  # the journal itself is the file that failed
-            journaled = None
-        stop = (EXIT_BAD_INPUT, store_stop_message(exc, journaled, len(questions), out_dir, design.launch))
+        )
     finally:
-        if traces is not None:
-            traces.close()  # the questions answered so far keep their traces, whatever stopped the job
-            if tracker is not None and traces.written:  # what tracing cost, on the helper's core
-                tracker.log_metrics({"traces_written": traces.written,
-                                     "trace_cpu_ms_per_question": round(1000 * traces.cpu_s / traces.written, 2)})
-        if tracker is not None:
-            tracker.finish(status, failure)
-        gateway.close_background()  # the event loop of embedding API calls, if the retriever started one
-        cache.close()
-        ledger.close()
-    if stop is not None:
-        print(stop[1], file=sys.stderr, flush=True)
-        note_stop(status, failure or "stopped")  # a multirun parent ends with the job's reason
-        raise SystemExit(stop[0])
+        for bar in bars:
+            bar.close()
+
+
+def _write_results(outcomes: list[Outcome], out_dir: Path, journal: Journal, tracker: Any) -> dict[str, float]:
+    """The job's metrics, written with the outcomes' CSV to its folder and logged to its run; returns them."""
+    types = {o.question_id: o.question_type for o in outcomes}
+    correct = {o.question_id: o.correct for o in outcomes}
+    abstention = {o.question_id for o in outcomes if o.abstention}
+    metrics = run_measures(correct, types, abstention).as_metrics() | cost_metrics(outcomes)
+    rows = [asdict(o) for o in outcomes]  # once: the step metrics and the CSV both read them
+    metrics |= run_step_metrics(rows)
+    write_csv(outcomes, out_dir / "outcomes.csv", rows)
+    from lme.util.files import write_text_atomic
+
+    write_text_atomic(out_dir / "metrics.json", json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+    if tracker is not None:
+        tracker.log_metrics(metrics)
+        tracker.log_artifact(journal.path)
+        tracker.log_artifact(out_dir / "outcomes.csv")
+        tracker.log_table(outcome_table(outcomes), OUTCOMES_TABLE)
+    return metrics
+
+
+def _stopped_status(exc: BaseException) -> tuple[str, str]:
+    """The run's status and reason for a stop: a cap or Ctrl-C is KILLED, a systemic or store failure FAILED."""
+    if isinstance(exc, BudgetExhausted):  # a cap: what finished is journaled; say how to resume
+        return "KILLED", str(exc)
+    if isinstance(exc, SystemicFailure):  # no retry can fix it: nothing more is sent
+        return "FAILED", str(exc)
+    if isinstance(exc, KeyboardInterrupt):
+        return "KILLED", "interrupted (Ctrl-C)"
+    return "FAILED", str(exc)  # a file the job keeps failed as it ran (a full disk, a store moved or locked)
+
+
+def _stop(exc: BaseException, journal: Journal, n_questions: int, design: Design) -> tuple[int, str]:
+    """The exit status and the message (what finished, how to resume) for a job stopped by `exc`."""
+    out_dir, launch = design.output_dir, design.launch
+    if isinstance(exc, BudgetExhausted):
+        return EXIT_BUDGET, budget_stop_message(exc, len(journal.read()), n_questions, out_dir, launch)
+    if isinstance(exc, SystemicFailure):
+        return EXIT_SYSTEMIC, systemic_stop_message(exc, len(journal.read()), n_questions, out_dir, launch)
+    if isinstance(exc, KeyboardInterrupt):
+        return EXIT_INTERRUPTED, interrupted_message(len(journal.read()), n_questions, out_dir, launch)
+    assert isinstance(exc, LmeError)
+    try:
+        journaled: int | None = len(journal.read())
+    except LmeError:  # the journal itself is the file that failed
+        journaled = None
+    return EXIT_BAD_INPUT, store_stop_message(exc, journaled, n_questions, out_dir, launch)
+
+
+def _close_job(traces: Any, tracker: Any, status: str, failure: str | None, gateway: Gateway, cache: CallCache,
+               ledger: Ledger) -> None:
+    """Close the traces (logging what they cost), finish the run with its status, close the gateway and stores."""
+    if traces is not None:
+        traces.close()  # the questions answered so far keep their traces, whatever stopped the job
+        if tracker is not None and traces.written:  # what tracing cost, on the helper's core
+            tracker.log_metrics({"traces_written": traces.written,
+                                 "trace_cpu_ms_per_question": round(1000 * traces.cpu_s / traces.written, 2)})
+    if tracker is not None:
+        tracker.finish(status, failure)
+    gateway.close_background()  # the event loop of embedding API calls, if the retriever started one
+    cache.close()
+    ledger.close()
+
+
+def _exit_stopped(stop: tuple[int, str], status: str, failure: str | None) -> None:
+    """Print the stop's message and leave with its exit status (a multirun parent ends with the job's reason)."""
+    print(stop[1], file=sys.stderr, flush=True)
+    note_stop(status, failure or "stopped")  # a multirun parent ends with the job's reason
+    raise SystemExit(stop[0])
+
+
+def _report_job(design: Design, parts: _Parts, metrics: dict[str, float], tracker: Any, failure: str | None) -> None:
+    """Print the job's summary, where MLflow shows it and, for an incomplete job, the command that resumes it."""
+    name, seed, out_dir = design.name, design.seed, design.output_dir
+    judge = parts.judge
     print_summary(name, seed, judge.name, judge.label, metrics, out_dir, tracker.run_id if tracker else None,
-                  stand_ins=offline_stand_ins(reader.model, judge.model))
+                  stand_ins=offline_stand_ins(parts.reader.model, judge.model))
     if tracker is not None and not os.environ.get(PARENT_ENV):  # a sweep's parent prints it once, at the end
         print(f"MLflow: {ui_hint(design.tracking, tracker.experiment_id)} (design, dataset, seed, accuracy per run)",
               flush=True)
@@ -428,7 +530,6 @@ def _run_job(design: Design) -> dict[str, float]:
         INCOMPLETE_JOBS.append(f"design {name}, seed {seed}: {failure}")
         print(f"lme: {failure} (exit status {EXIT_INCOMPLETE}); to ask for exactly those, rerun the same command in "
               "the same folder: " + job_resume_command(out_dir, design.launch), file=sys.stderr, flush=True)
-    return metrics
 
 
 INCOMPLETE_JOBS: list[str] = []  # jobs of this process that finished with missing answers or verdicts
