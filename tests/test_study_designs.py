@@ -20,9 +20,9 @@ from lme.answer.rules import parse_routes, select_routes
 from lme.answer.study_instructions import STUDY_INSTRUCTION_SHA256, study_digest
 from lme.data.load import load_questions
 from lme.data.sample import SAMPLE_PATH
-from lme.design import canonical_design, compose_design, plain
-from lme.errors import LmeError
-from lme.hashing import sha256_text
+from lme.config.design import canonical_design, compose_design, plain
+from lme.util.errors import LmeError
+from lme.util.hashing import sha256_text
 from lme.judge import make_judge
 from lme.memory.full_history import FullHistoryMemoryBuilder
 from lme.memory.retrieved import RetrievedMemoryBuilder
@@ -31,7 +31,7 @@ from lme.models.cache import CallCache
 from lme.models.gateway import Gateway, ModelSpec
 from lme.models.offline import JUDGE_MODEL, READER_MODEL
 from lme.retrieval.fts5 import FTS5Retriever
-from lme.run import QuestionRecord, answer_question
+from lme.answer.run import QuestionRecord, answer_question
 from judging import OFFLINE_TEMPLATES
 from shared_data import MINI, available, needs
 from shared_data import STUDY_INSTRUCTIONS as STUDY_FILE
@@ -257,7 +257,7 @@ def test_a_route_whose_paragraphs_describe_another_memory_is_refused():
 
 
 def test_routes_are_in_the_design_digest_the_prereg_digests_and_the_logged_instructions():
-    from lme.prereg import text_digests
+    from lme.provenance.prereg import text_digests
 
     routed = design("08_routed")
     assert design("08_routed", "rules.routes=[advice]").config_sha256 != routed.config_sha256

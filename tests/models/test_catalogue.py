@@ -24,9 +24,9 @@ import pytest
 from loopback import LoopbackServer
 from shared_data import TEMPLATES, need
 
-from lme.compose import compose_config
-from lme.design import design_from_config
-from lme.errors import LmeError
+from lme.config.compose import compose_config
+from lme.config.design import design_from_config
+from lme.util.errors import LmeError
 from lme.judge import PROTOCOL_JUDGE_MODEL, describe_judge
 from lme.models.gateway import Gateway, ModelSpec, preflight
 from lme.models.offline import OFFLINE_PROVIDER
