@@ -452,6 +452,27 @@ def _retry_after(exc: BaseException) -> float | None:
         return None
 
 
+@dataclass(slots=True)
+class _Sending:
+    """One call as `Gateway._call` sends it: what each attempt is sent with, and the state its exception path
+    reads (the reservation still open, a request out, tokens billed for malformed replies, a count in
+    `Gateway._unsettled`)."""
+
+    litellm: Any
+    kwargs: dict[str, Any]
+    limits: RateLimits | None
+    request_tokens: int
+    paid: bool
+    capped: bool
+    reservation: Reservation | None
+    attempts: int = 0
+    last_error: str = "no attempt made"
+    in_flight: bool = False  # a request is out and unanswered (if cancelled now, it may still be billed)
+    billed: dict[str, int] = dataclasses.field(default_factory=dict)  # tokens of malformed replies billed all the same
+    billed_dollars: float = 0.0
+    unsettled: bool = False  # counted in Gateway._unsettled: a request of this call went out, its reservation is open
+
+
 class Gateway:
     """The single place where model calls happen.
 
@@ -703,6 +724,36 @@ class Gateway:
         return None
 
     async def _call(self, spec: ModelSpec, key: str, request: _Request[R]) -> R:
+        """The call sent until it succeeds, fails for good or is stopped: bounded, reserved in the ledger, sent
+        within its model's limits and slots, retried with backoff, and its reservation closed whatever ends it."""
+        litellm, kwargs = self._prepare(spec)
+        limits = self._rate_limits(spec)
+        paid = self.ledger is not None and not spec.is_offline
+        if paid and self.overrun is not None:  # a reply overran its reservation: no paid request goes out (an
+            raise self.overrun  # offline stand-in's call, or an answer in the call cache, still may: both are free)
+        request_tokens, reserve_dollars = await self._bound(spec, request, limits, paid)
+        reservation = await self._reserve(spec, key, reserve_dollars) if paid else None
+        if isinstance(reservation, dict):  # another process made this call meanwhile
+            self.calls_cached += 1
+            return request.result(spec.model, key, reservation, cached=True)
+        capped = reservation is not None and self.budget is not None and self.budget.caps_dollars
+        call = _Sending(litellm, kwargs, limits, request_tokens, paid, capped, reservation)
+        try:
+            result = await self._attempts(spec, key, request, call)
+            if result is not None:
+                return result
+        except BaseException:
+            self._abandon(call)
+            raise
+        finally:
+            if call.unsettled:
+                self._count_unsettled(-1)
+        await self._close_failed(spec, call)
+        self.calls_failed += 1
+        return request.failed(spec.model, key, call.last_error, call.attempts)
+
+    def _prepare(self, spec: ModelSpec) -> tuple[Any, dict[str, Any]]:
+        """litellm (the offline stand-ins registered for one) and the request's arguments: params, endpoint, key."""
         litellm = import_litellm()
         if spec.is_offline:
             register_offline_providers()
@@ -714,12 +765,11 @@ class Gateway:
             if api_key:
                 check_key(spec.api_key_env, api_key, f"model {spec.model}")  # never sent with a newline in it
                 kwargs["api_key"] = api_key
-        last_error = "no attempt made"
-        attempts = 0
-        limits = self._rate_limits(spec)
-        paid = self.ledger is not None and not spec.is_offline
-        if paid and self.overrun is not None:  # a reply overran its reservation: no paid request goes out (an
-            raise self.overrun  # offline stand-in's call, or an answer in the call cache, still may: both are free)
+        return litellm, kwargs
+
+    async def _bound(self, spec: ModelSpec, request: _Request[Any], limits: RateLimits | None,
+                     paid: bool) -> tuple[int, float]:
+        """The request's tokens for its rate limits and the dollars to reserve for it (0 where neither counts)."""
         request_tokens = 0
         reserve_dollars = 0.0
         counts_tokens = limits is not None and limits.counts_tokens
@@ -737,124 +787,148 @@ class Gateway:
             request_tokens = bound.input_tokens + bound.output_tokens
             if paid:
                 reserve_dollars = require_bound(spec, bound) if caps_dollars else (bound.dollars or 0.0)
-        reservation = await self._reserve(spec, key, reserve_dollars) if paid else None
-        if isinstance(reservation, dict):  # another process made this call meanwhile
-            self.calls_cached += 1
-            return request.result(spec.model, key, reservation, cached=True)
-        in_flight = False  # a request is out and unanswered (if cancelled now, it may still be billed)
-        billed: dict[str, int] = {}  # tokens of malformed replies that were billed all the same
-        billed_dollars = 0.0
-        capped = reservation is not None and self.budget is not None and self.budget.caps_dollars
-        unsettled = False  # counted in self._unsettled: a request of this call went out, its reservation is open
-        try:
-            for attempt in range(1, max(1, spec.max_attempts) + 1):
-                attempts = attempt
-                if self.failure is not None:  # another call found the study cannot succeed: send nothing more
-                    raise self.failure
-                if paid and self.overrun is not None:
-                    raise self.overrun
-                if limits is not None:
-                    await limits.acquire(request_tokens)
-                try:
-                    async with self._slot(spec):  # a slot is held by the request only, not by the bookkeeping
-                        if self.failure is not None:
-                            raise self.failure
-                        if capped:  # an overrun here or in another process on the ledger: send nothing more
-                            await self._check_overrun()
-                        if not unsettled and reservation is not None:
-                            unsettled = True
-                            self._count_unsettled(+1)
-                        in_flight = True
-                        response = await request.send(self, litellm, spec, kwargs)
-                        in_flight = False
-                        if capped and reservation is not None:  # marked before the slot is given up
-                            self._mark_if_over(spec, request, reservation, response, billed_dollars)
-                    fields = request.read(response)
-                except (SystemicFailure, BudgetExhausted):
-                    raise
-                except Exception as exc:
-                    in_flight = False
-                    if isinstance(exc, MalformedReply) and exc.usage:
-                        usage = exc.usage
-                        billed = {name: billed.get(name, 0) + usage.get(name, 0) for name in usage}
-                        billed_dollars += _price(spec, exc.response, usage) or 0.0
-                    name = type(exc).__name__
-                    detail = _redact(str(exc), kwargs.get("api_key"))
-                    last_error = f"{name}: {detail}"[:500]
-                    kind = classify_error(exc)
-                    if kind == "connection":
-                        kind, refused_s = self._refused(spec)
-                        if kind == "systemic":
-                            name = f"{name} (connections refused for {refused_s:.0f} s)"
-                    if kind == "systemic":
-                        self.failure = SystemicFailure(spec.model, name, provider_message(detail))
-                        raise self.failure from None
-                    if kind == "final" or attempt == spec.max_attempts:
-                        break
-                    delay = _retry_after(exc)
-                    if delay is not None:
-                        delay = min(delay, spec.retry_after_max_s)
-                    else:
-                        delay = min(spec.backoff_max_s, spec.backoff_base_s * 2 ** (attempt - 1))
-                        delay *= 0.5 + self._rng.random()  # jitter
-                    await asyncio.sleep(delay)
-                    continue
-                self._refused_since.pop(spec.model, None)
-                usage = _usage_numbers(getattr(response, "usage", None))
-                stored: dict[str, Any] = {**fields, "attempts": attempt, **usage}
-                stored["cost_usd"] = _price(spec, response, usage)
-                if usage["cached_input_tokens"] and stored["cost_usd"] is not None:
-                    from lme.models.pricing import cached_input_basis
+        return request_tokens, reserve_dollars
 
-                    stored["cached_input_price"] = cached_input_basis(spec)
-                cacheable = request.cacheable(stored)
-                # the cache write and the settle (each a committed SQLite transaction) run off the event loop;
-                # the reservation is taken first, so a cancel from here on cannot release a paid call
-                done, reservation = reservation, None
-                settle_usage = {name: usage.get(name, 0) + billed.get(name, 0) for name in usage}
-                settle_cost = None if stored["cost_usd"] is None else stored["cost_usd"] + billed_dollars
-                overran = None
-                if (self.cache is not None and cacheable) or done is not None:
-                    overran = await asyncio.to_thread(self._store_and_settle, key, spec.model,
-                                                      stored if cacheable else None, done, settle_usage, attempt,
-                                                      settle_cost)
-                if done is not None:
-                    if unsettled:
-                        unsettled = False
-                        self._count_unsettled(-1)
-                    self._pulse_settled()
-                self.calls_made += 1
-                result = request.result(spec.model, key, stored, cached=False)
-                if overran is not None:  # kept and settled; now nothing more is sent
-                    await self._stop_for_overrun(spec, request.overrun(usage), overran)
-                return result
-        except BaseException:
-            if reservation is not None and self.ledger is not None:
-                if in_flight:  # cancelled mid-request: it may have been billed
-                    self.ledger.release(reservation, "interrupted", attempts)
-                elif billed:  # malformed replies that were billed, then stopped
-                    self.ledger.settle(reservation, billed, billed_dollars, attempts, self.budget)
-                else:  # cancelled between attempts: nothing is out
-                    self.ledger.cancel(reservation)
-                reservation = None
-                self._pulse_settled()
-            raise
-        finally:
-            if unsettled:
+    async def _attempts(self, spec: ModelSpec, key: str, request: _Request[R], call: _Sending) -> R | None:
+        """Up to `spec.max_attempts` requests, waiting between them as their errors say; the first reply's result,
+        or None once an attempt failed for good or the last one failed."""
+        for attempt in range(1, max(1, spec.max_attempts) + 1):
+            call.attempts = attempt
+            if self.failure is not None:  # another call found the study cannot succeed: send nothing more
+                raise self.failure
+            if call.paid and self.overrun is not None:
+                raise self.overrun
+            if call.limits is not None:
+                await call.limits.acquire(call.request_tokens)
+            try:
+                response = await self._send_in_slot(spec, request, call)
+                fields = request.read(response)
+            except (SystemicFailure, BudgetExhausted):
+                raise
+            except Exception as exc:
+                call.in_flight = False
+                if not self._note_failed_attempt(spec, exc, attempt, call):
+                    return None
+                await asyncio.sleep(self._retry_delay(spec, exc, attempt))
+                continue
+            return await self._succeeded(spec, key, request, response, fields, attempt, call)
+        return None
+
+    async def _send_in_slot(self, spec: ModelSpec, request: _Request[Any], call: _Sending) -> Any:
+        """One request in a slot of its model and of the gateway, unless a failure or an overrun stops it first;
+        its reply, checked against the reservation before the slot is given up."""
+        async with self._slot(spec):  # a slot is held by the request only, not by the bookkeeping
+            if self.failure is not None:
+                raise self.failure
+            if call.capped:  # an overrun here or in another process on the ledger: send nothing more
+                await self._check_overrun()
+            if not call.unsettled and call.reservation is not None:
+                call.unsettled = True
+                self._count_unsettled(+1)
+            call.in_flight = True
+            response = await request.send(self, call.litellm, spec, call.kwargs)
+            call.in_flight = False
+            if call.capped and call.reservation is not None:  # marked before the slot is given up
+                self._mark_if_over(spec, request, call.reservation, response, call.billed_dollars)
+        return response
+
+    def _note_failed_attempt(self, spec: ModelSpec, exc: Exception, attempt: int, call: _Sending) -> bool:
+        """A failed attempt noted (a malformed reply's billed tokens, the error); a failure no retry can fix stops
+        the gateway (raised); whether another attempt may follow."""
+        if isinstance(exc, MalformedReply) and exc.usage:
+            usage = exc.usage
+            call.billed = {name: call.billed.get(name, 0) + usage.get(name, 0) for name in usage}
+            call.billed_dollars += _price(spec, exc.response, usage) or 0.0
+        name = type(exc).__name__
+        detail = _redact(str(exc), call.kwargs.get("api_key"))
+        call.last_error = f"{name}: {detail}"[:500]
+        kind = classify_error(exc)
+        if kind == "connection":
+            kind, refused_s = self._refused(spec)
+            if kind == "systemic":
+                name = f"{name} (connections refused for {refused_s:.0f} s)"
+        if kind == "systemic":
+            self.failure = SystemicFailure(spec.model, name, provider_message(detail))
+            raise self.failure from None
+        return not (kind == "final" or attempt == spec.max_attempts)
+
+    def _retry_delay(self, spec: ModelSpec, exc: Exception, attempt: int) -> float:
+        """Seconds before the next attempt: the reply's Retry-After (capped), else exponential backoff with jitter."""
+        delay = _retry_after(exc)
+        if delay is not None:
+            return min(delay, spec.retry_after_max_s)
+        delay = min(spec.backoff_max_s, spec.backoff_base_s * 2 ** (attempt - 1))
+        delay *= 0.5 + self._rng.random()  # jitter
+        return delay
+
+    async def _succeeded(self, spec: ModelSpec, key: str, request: _Request[R], response: Any,
+                         fields: dict[str, Any], attempt: int, call: _Sending) -> R:
+        """A reply priced, cached and its reservation settled (off the event loop), then counted; one that cost more
+        than its reservation stops the gateway once the other requests out are settled."""
+        self._refused_since.pop(spec.model, None)
+        stored, usage = self._priced(spec, response, fields, attempt)
+        cacheable = request.cacheable(stored)
+        # the cache write and the settle (each a committed SQLite transaction) run off the event loop;
+        # the reservation is taken first, so a cancel from here on cannot release a paid call
+        done, call.reservation = call.reservation, None
+        settle_usage = {name: usage.get(name, 0) + call.billed.get(name, 0) for name in usage}
+        settle_cost = None if stored["cost_usd"] is None else stored["cost_usd"] + call.billed_dollars
+        overran = None
+        if (self.cache is not None and cacheable) or done is not None:
+            overran = await asyncio.to_thread(self._store_and_settle, key, spec.model, stored if cacheable else None,
+                                              done, settle_usage, attempt, settle_cost)
+        if done is not None:
+            if call.unsettled:
+                call.unsettled = False
                 self._count_unsettled(-1)
-        if reservation is not None and self.ledger is not None:
+            self._pulse_settled()
+        self.calls_made += 1
+        result = request.result(spec.model, key, stored, cached=False)
+        if overran is not None:  # kept and settled; now nothing more is sent
+            await self._stop_for_overrun(spec, request.overrun(usage), overran)
+        return result
+
+    @staticmethod
+    def _priced(spec: ModelSpec, response: Any, fields: dict[str, Any],
+                attempt: int) -> tuple[dict[str, Any], dict[str, int]]:
+        """The response as the call cache stores it (fields, attempts, usage, cost) and its usage."""
+        usage = _usage_numbers(getattr(response, "usage", None))
+        stored: dict[str, Any] = {**fields, "attempts": attempt, **usage}
+        stored["cost_usd"] = _price(spec, response, usage)
+        if usage["cached_input_tokens"] and stored["cost_usd"] is not None:
+            from lme.models.pricing import cached_input_basis
+
+            stored["cached_input_price"] = cached_input_basis(spec)
+        return stored, usage
+
+    def _abandon(self, call: _Sending) -> None:
+        """A call stopped by an exception: its open reservation released (a request out may have been billed),
+        settled for the malformed replies billed, or cancelled (nothing out), and the waiters woken."""
+        if call.reservation is not None and self.ledger is not None:
+            if call.in_flight:  # cancelled mid-request: it may have been billed
+                self.ledger.release(call.reservation, "interrupted", call.attempts)
+            elif call.billed:  # malformed replies that were billed, then stopped
+                self.ledger.settle(call.reservation, call.billed, call.billed_dollars, call.attempts, self.budget)
+            else:  # cancelled between attempts: nothing is out
+                self.ledger.cancel(call.reservation)
+            call.reservation = None
+            self._pulse_settled()
+
+    async def _close_failed(self, spec: ModelSpec, call: _Sending) -> None:
+        """Every attempt failed: the reservation settled for the malformed replies billed (paid, not cached) or
+        released, off the event loop; an overrun that settle wrote stops the gateway."""
+        if call.reservation is not None and self.ledger is not None:
             overran = None
-            if billed:  # no usable reply, but malformed ones were billed: paid, and not cached
-                overran = await asyncio.to_thread(self.ledger.settle, reservation, billed, billed_dollars, attempts,
-                                                  self.budget)
+            if call.billed:  # no usable reply, but malformed ones were billed: paid, and not cached
+                overran = await asyncio.to_thread(self.ledger.settle, call.reservation, call.billed,
+                                                  call.billed_dollars, call.attempts, self.budget)
             else:
-                await asyncio.to_thread(self.ledger.release, reservation, "failed", attempts)
+                await asyncio.to_thread(self.ledger.release, call.reservation, "failed", call.attempts)
             self._pulse_settled()
             if overran is not None:
-                await self._stop_for_overrun(spec, f"{billed.get('output_tokens', 0)} output tokens billed for "
+                await self._stop_for_overrun(spec, f"{call.billed.get('output_tokens', 0)} output tokens billed for "
                                                    "malformed replies", overran)
-        self.calls_failed += 1
-        return request.failed(spec.model, key, last_error, attempts)
+
 
     # -- a reply over its reservation under a dollar cap -----------------------------------------------------
 
