@@ -535,90 +535,137 @@ async def answer_question(
     started = time.perf_counter()
     if record is not None:
         record.start_ns = time.time_ns()
-    builders: dict[str, MemoryBuilder] = {**(views or {}), FIRST_PASS_VIEW: builder}
-    memories: dict[str, Memory] = {}
-    verdicts: dict[str | None, Verdict] = {}
-    sent: Counter[tuple[str, str]] = Counter()
-
-    async def memory_for(view: str) -> tuple[Memory, CallStats]:
-        """The view's memory and what its model calls cost (nothing once built for this question); a memory
-        step that fails raises `MemoryFailed`."""
-        if view in memories:
-            return memories[view], CallStats()
-        begun = time.time_ns()
-        memories[view] = await asyncio.get_running_loop().run_in_executor(_memory_pool(), builders[view].build,
-                                                                          question)
-        if record is not None:
-            record.memories.append(MemoryEvent(view, memories[view], begun, time.time_ns()))
-        return memories[view], CallStats.of_calls(memories[view].model_calls)
-
-    async def read(step: str, view: str, text: str) -> tuple[CallResult, CallStats]:
-        memory, memory_stats = await memory_for(view)
-        sent[(view, text)] += 1
-        attempt = sent[(view, text)]
-        messages = build_reader_messages(
-            text, question, memory, reader.instruction_role,
-            extra={"attempt": attempt} if attempt > 1 else None, payload=reader.payload,
-        )
-        begun = time.time_ns()
-        call = empty_as_failed(await gateway.complete(reader.model, messages, seed=seed))
-        if record is not None:
-            record.reads.append(ReadEvent(step, view, messages, call, attempt, begun, time.time_ns()))
-        return call, memory_stats
-
-    async def verdict_on(answer: str | None, step: str) -> tuple[Verdict | None, CallStats]:
-        """The judge's verdict on `answer`; an answer already judged for this question costs nothing."""
-        if judge is None:
-            return None, CallStats()
-        if answer in verdicts:
-            return verdicts[answer], CallStats()
-        begun = time.time_ns()
-        verdict = await judge.judge(gateway, question, answer)
-        verdicts[answer] = verdict
-        if record is not None:
-            record.verdicts.append(JudgeEvent(step, answer, verdict, begun, time.time_ns()))
-        return verdict, CallStats.of(verdict.call)
-
+    asking = _Asking(question, {**(views or {}), FIRST_PASS_VIEW: builder}, reader, judge, gateway, seed, record)
     instruction = route_instruction(routes, question.question, instruction)  # the question text only
     steps: list[Step] = []
+    answer, verdict, first_error = await _first_pass(asking, instruction, steps)
+    if not steps[0].memory_error:  # a failed first-pass memory ends the question
+        answer, verdict = await _apply_rules(asking, rules, answer, verdict, steps)
+    return _outcome(asking, steps, answer, verdict, first_error, started)
+
+
+@dataclass(frozen=True)
+class _Asking:
+    """One question as `answer_question` asks it: its memory builders by view, the reader, judge and gateway, the
+    record it fills, and what it has built, sent and judged so far (a memory is built once per view, a verdict
+    asked once per answer, a repeated read numbered)."""
+
+    question: Question
+    builders: dict[str, MemoryBuilder]
+    reader: Reader
+    judge: Judge | None
+    gateway: Gateway
+    seed: int
+    record: QuestionRecord | None
+    memories: dict[str, Memory] = field(default_factory=dict)
+    verdicts: dict[str | None, Verdict] = field(default_factory=dict)
+    sent: Counter[tuple[str, str]] = field(default_factory=Counter)
+
+
+async def _memory_for(asking: _Asking, view: str) -> tuple[Memory, CallStats]:
+    """The view's memory and what its model calls cost (nothing once built for this question); a memory
+    step that fails raises `MemoryFailed`."""
+    memories, record = asking.memories, asking.record
+    if view in memories:
+        return memories[view], CallStats()
+    begun = time.time_ns()
+    memories[view] = await asyncio.get_running_loop().run_in_executor(_memory_pool(), asking.builders[view].build,
+                                                                      asking.question)
+    if record is not None:
+        record.memories.append(MemoryEvent(view, memories[view], begun, time.time_ns()))
+    return memories[view], CallStats.of_calls(memories[view].model_calls)
+
+
+async def _read(asking: _Asking, step: str, view: str, text: str) -> tuple[CallResult, CallStats]:
+    """One reader call on the view's memory (built first if needed), numbered when the same read repeats; the
+    call (an empty answer counted as failed) and what building the memory cost."""
+    memory, memory_stats = await _memory_for(asking, view)
+    reader = asking.reader
+    asking.sent[(view, text)] += 1
+    attempt = asking.sent[(view, text)]
+    messages = build_reader_messages(
+        text, asking.question, memory, reader.instruction_role,
+        extra={"attempt": attempt} if attempt > 1 else None, payload=reader.payload,
+    )
+    begun = time.time_ns()
+    call = empty_as_failed(await asking.gateway.complete(reader.model, messages, seed=asking.seed))
+    if asking.record is not None:
+        asking.record.reads.append(ReadEvent(step, view, messages, call, attempt, begun, time.time_ns()))
+    return call, memory_stats
+
+
+async def _verdict_on(asking: _Asking, answer: str | None, step: str) -> tuple[Verdict | None, CallStats]:
+    """The judge's verdict on `answer`; an answer already judged for this question costs nothing."""
+    if asking.judge is None:
+        return None, CallStats()
+    if answer in asking.verdicts:
+        return asking.verdicts[answer], CallStats()
+    begun = time.time_ns()
+    verdict = await asking.judge.judge(asking.gateway, asking.question, answer)
+    asking.verdicts[answer] = verdict
+    if asking.record is not None:
+        asking.record.verdicts.append(JudgeEvent(step, answer, verdict, begun, time.time_ns()))
+    return verdict, CallStats.of(verdict.call)
+
+
+async def _first_pass(asking: _Asking, instruction: str,
+                      steps: list[Step]) -> tuple[str | None, Verdict | None, str | None]:
+    """The first read and its verdict, appended to `steps` (a failed memory: its failed step); (answer, verdict,
+    the read's error)."""
     answer, verdict, first_error = None, None, None
     try:
-        call, memory_stats = await read(FIRST_PASS, FIRST_PASS_VIEW, instruction)
+        call, memory_stats = await _read(asking, FIRST_PASS, FIRST_PASS_VIEW, instruction)
     except MemoryFailed as failed:  # no reader call on a memory that is not the design's
         steps.append(memory_failed_step(FIRST_PASS, FIRST_PASS_VIEW, instruction, failed))
     else:
         answer, first_error = answer_of(call)
-        verdict, judge_stats = await verdict_on(answer, FIRST_PASS)
+        verdict, judge_stats = await _verdict_on(asking, answer, FIRST_PASS)
         steps.append(Step(
             rule=FIRST_PASS, view=FIRST_PASS_VIEW, instruction_sha256=sha256_text(instruction), chosen=True,
             reread=False, failed=first_error is not None, error=first_error, step_answer=answer, answer=answer,
             correct=verdict.correct if verdict else None, reader=CallStats.of(call), judge=judge_stats,
             judge_error=judge_error_of(verdict, judge_stats), memory=memory_stats,
         ))
-    for step in () if steps[0].memory_error else rules:  # a failed first-pass memory ends the question
+    return answer, verdict, first_error
+
+
+async def _apply_rules(asking: _Asking, rules: Sequence[RuleStep], answer: str | None, verdict: Verdict | None,
+                       steps: list[Step]) -> tuple[str | None, Verdict | None]:
+    """Each rule in order, appended to `steps`: a rule that fires re-reads, and an answer it gives replaces the
+    current one and is judged; a failed memory ends the question. The (answer, verdict) after them."""
+    question = asking.question
+    for step in rules:
         rule = step.rule
         chosen = rule.fires(question.question, answer)  # the rule sees the question text and the answer only
         call, step_answer, error, judge_stats, memory_stats = None, None, None, CallStats(), CallStats()
         if chosen:
             try:
-                call, memory_stats = await read(rule.name, rule.view, step.instruction)
+                call, memory_stats = await _read(asking, rule.name, rule.view, step.instruction)
             except MemoryFailed as failed:  # the question stops here: a rerun asks it again
                 steps.append(memory_failed_step(rule.name, rule.view, step.instruction, failed))
                 break
             step_answer, error = answer_of(call)
             if step_answer is not None:
                 answer = step_answer
-                verdict, judge_stats = await verdict_on(answer, rule.name)
+                verdict, judge_stats = await _verdict_on(asking, answer, rule.name)
         steps.append(Step(
             rule=rule.name, view=rule.view, instruction_sha256=sha256_text(step.instruction), chosen=chosen,
             reread=call is not None, failed=error is not None, error=error, step_answer=step_answer, answer=answer,
             correct=verdict.correct if verdict else None, reader=CallStats.of(call), judge=judge_stats,
             judge_error=judge_error_of(verdict, judge_stats), memory=memory_stats,
         ))
+    return answer, verdict
+
+
+def _outcome(asking: _Asking, steps: list[Step], answer: str | None, verdict: Verdict | None,
+             first_error: str | None, started: float) -> Outcome:
+    """The question's outcome from its steps (a failed memory step: no final answer, so no verdict), its record
+    closed."""
+    question, record = asking.question, asking.record
     memory_error = steps[-1].memory_error  # a failed memory step is the question's last
     if memory_error is not None:  # the design's steps did not all run: no final answer, so no verdict
         answer, verdict = None, None
-    first_memory = memories.get(FIRST_PASS_VIEW)
+    first_memory = asking.memories.get(FIRST_PASS_VIEW)
     if record is not None:
         record.end_ns = time.time_ns()
     return Outcome(
