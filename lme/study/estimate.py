@@ -221,20 +221,71 @@ def _cached_keys(cache_dir: Path, keys: set[str]) -> set[str]:
 
 def estimate_design(design: Design, seeds: Sequence[int], progress: bool = False) -> DesignEstimate:
     """Build every memory of `design` and estimate its calls and dollars for `seeds`."""
-    from lme.answer.reader import build_reader_messages
-    from lme.answer.rules import FIRST_PASS_VIEW
     from lme.data.dataset import load_dataset
-    from lme.judge import build_judge_prompt
-    from lme.models.cache import call_key
-    from lme.models.pricing import count_input_tokens, max_output_tokens
 
     _, questions = load_dataset(design.dataset)
+    plan = _plan(design, seeds)
+    notes: list[str] = []
+    judge = _judge_or_note(design, notes)
+    max_output = _reader_max_output(plan.reader.model, notes)
+    counted = _count_questions(design, plan, judge, questions, seeds, max_output, progress)
+    notes.extend(model_built_note(writer, design.cache_dir) for writer in plan.writers)
+    cached = _cached_keys(design.cache_dir, _call_keys(counted.reads))
+    prices = _prices_of(plan.reader.model, judge, max_output)
+    estimates = tuple(
+        seed_estimate(
+            seed, counted.reads, cached, prices.reader, prices.max_output or 0,
+            counted.judge_base if judge is not None else None, prices.judge, prices.judge_max_output,
+        )
+        for seed in seeds
+    )
+    stage_estimate = _stage_estimate(design, plan, counted, seeds, judge, prices, notes)
+    return _design_estimate(design, plan, judge, len(questions), counted, prices, estimates, notes, stage_estimate)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What an estimate reads with: the reader, the memory builders by view, the model-built ones among them (set
+    to plan only), the cross-run stage (two seeds at least) and its memory builder."""
+
+    reader: Any
+    views: dict[str, Any]
+    writers: list[Any]
+    stage: Any
+    stage_builder: Any
+
+
+@dataclass(frozen=True)
+class _Counted:
+    """The questions counted: each one's reads, the judge's prompt tokens (empty answer), the rules that fire for
+    certain or may, and the cross-run stage's input and judge tokens per question it may read."""
+
+    reads: list[list[ReadCost]]
+    judge_base: list[int]
+    rules_certain: Counter[str]
+    rules_possible: Counter[str]
+    stage_reads: list[int]
+    stage_judge: list[int]
+
+
+@dataclass(frozen=True)
+class _Prices:
+    """Dollars per input and output token of the reader and judge (None: unknown) and their maximum outputs."""
+
+    reader: tuple[float, float] | None
+    judge: tuple[float, float] | None
+    max_output: int | None
+    judge_max_output: int
+
+
+def _plan(design: Design, seeds: Sequence[int]) -> _Plan:
+    """Build the retriever, memories, reader and the cross-run stage's memory; model-built memories plan only."""
+    from lme.answer.rules import FIRST_PASS_VIEW
+
     retriever = design.build_retriever()
     builder = design.build_memory(retriever)
     reader = design.reader.build()
-    rules = design.instructions.rules
     views = {FIRST_PASS_VIEW: builder, **design.build_views(retriever)}
-    notes: list[str] = []
     from lme.memory.model_built import model_built
 
     writers = model_built(list(views.values()))  # a model-built memory: its requests counted, none sent
@@ -242,106 +293,162 @@ def estimate_design(design: Design, seeds: Sequence[int], progress: bool = False
     stage_builder = stage_memory(design, stage, views, retriever) if stage is not None else None
     for writer in model_built([*views.values(), stage_builder]):
         writer.plan_only()
-    stage_reads: list[int] = []  # the stage's input tokens per question it may read
-    stage_judge: list[int] = []  # the judge's prompt tokens (empty answer) for those questions
+    return _Plan(reader, views, writers, stage, stage_builder)
+
+
+def _judge_or_note(design: Design, notes: list[str]) -> Any:
+    """The design's judge, or None with a note saying why it is not estimated."""
     try:
-        judge = design.judge.build()
+        return design.judge.build()
     except LmeError as exc:
-        judge = None
         notes.append(f"judge not estimated: {exc}")
-    spec = reader.model
+        return None
+
+
+def _reader_max_output(spec: Any, notes: list[str]) -> int | None:
+    """The reader's maximum output tokens, or None with a note that output dollars are left out."""
+    from lme.models.pricing import max_output_tokens
+
     max_output = max_output_tokens(spec)
     if max_output is None:
         notes.append(f"reader {spec.model}: no maximum output length known; output dollars are left out")
+    return max_output
 
-    reads: list[list[ReadCost]] = []
-    judge_base: list[int] = []
-    rules_certain: Counter[str] = Counter({step.rule.name: 0 for step in rules if step.rule.on == "question"})
-    rules_possible: Counter[str] = Counter()
+
+def _count_questions(design: Design, plan: _Plan, judge: Any, questions: Sequence[Any], seeds: Sequence[int],
+                     max_output: int | None, progress: bool) -> _Counted:
+    """Every question's memories built and its reads, judge prompt and cross-run stage read counted (a line every
+    50 questions with `progress`)."""
+    from lme.judge import build_judge_prompt
+    from lme.models.pricing import count_input_tokens
+
+    rules = design.instructions.rules
+    stage = plan.stage
+    counted = _Counted(reads=[], judge_base=[], rules_possible=Counter(), stage_reads=[], stage_judge=[],
+                       rules_certain=Counter({step.rule.name: 0 for step in rules if step.rule.on == "question"}))
     for number, question in enumerate(questions, 1):
-        memories: dict[str, Any] = {}
-        sent: Counter[tuple[str, str]] = Counter()
-
-        def read_cost(step: str, view: str, text: str, certain: bool) -> ReadCost:
-            if view not in memories:
-                memories[view] = views[view].build(question)
-            sent[(view, text)] += 1
-            attempt = sent[(view, text)]
-            extra = {"attempt": attempt} if attempt > 1 else None
-            messages = build_reader_messages(text, question, memories[view], reader.instruction_role, extra=extra,
-                                             payload=reader.payload)
-            keys = {seed: call_key(spec.model, messages, spec.params, seed) for seed in seeds}
-            return ReadCost(step, certain, count_input_tokens(spec.model, messages), keys)
-
-        first = design.instructions.first_pass_for(question.question)  # a routed first pass: its route's instruction
-        question_reads = [read_cost("first_pass", FIRST_PASS_VIEW, first, True)]
-        for step in rules:
-            rule = step.rule
-            if rule.on == "question":
-                if rule.fires(question.question, None):
-                    rules_certain[rule.name] += 1
-                    question_reads.append(read_cost(rule.name, rule.view, step.instruction, True))
-            else:
-                question_reads.append(read_cost(rule.name, rule.view, step.instruction, False))
-        reads.append(question_reads)
+        question_reads, memories = _question_reads(design, plan, question, seeds, counted.rules_certain)
+        counted.reads.append(question_reads)
         judge_tokens = 0
         if judge is not None:
             prompt = build_judge_prompt(judge.templates, question, "")
             judge_tokens = count_input_tokens(judge.model.model, [{"role": "user", "content": prompt}])
-            judge_base.append(judge_tokens)
-        if stage is not None and stage_builder is not None and (stage.select is None
-                                                                or stage.select.fires(question.question, None)):
-            memory = memories.get(stage.view) if stage.memory is None else None
-            messages = stage_messages(stage, question, memory or stage_builder.build(question), reader,
-                                      len(seeds), max_output or 0)
-            stage_reads.append(count_input_tokens(spec.model, messages))
-            stage_judge.append(judge_tokens)
+            counted.judge_base.append(judge_tokens)
+        if stage is not None and plan.stage_builder is not None and (stage.select is None
+                                                                     or stage.select.fires(question.question, None)):
+            counted.stage_reads.append(_stage_tokens(plan, question, memories, seeds, max_output))
+            counted.stage_judge.append(judge_tokens)
         if progress and number % 50 == 0:
             print(f"  {number}/{len(questions)} memories built", file=sys.stderr, flush=True)
-    rules_possible.update(step.rule.name for step in rules if step.rule.on != "question")
+    counted.rules_possible.update(step.rule.name for step in rules if step.rule.on != "question")
+    return counted
 
-    for writer in writers:
-        notes.append(model_built_note(writer, design.cache_dir))
-    all_keys = {key for question_reads in reads for read in question_reads for key in read.keys.values()}
-    cached = _cached_keys(design.cache_dir, all_keys)
-    reader_prices = _prices(spec)
+
+def _question_reads(design: Design, plan: _Plan, question: Any, seeds: Sequence[int],
+                    rules_certain: Counter[str]) -> tuple[list[ReadCost], dict[str, Any]]:
+    """A question's reads, each counted with its call key per seed: the first pass, the rules on the question
+    text that fire (counted in `rules_certain`), every rule on the answer; and the memories built for them."""
+    from lme.answer.reader import build_reader_messages
+    from lme.answer.rules import FIRST_PASS_VIEW
+    from lme.models.cache import call_key
+    from lme.models.pricing import count_input_tokens
+
+    reader, spec = plan.reader, plan.reader.model
+    memories: dict[str, Any] = {}
+    sent: Counter[tuple[str, str]] = Counter()
+
+    def read_cost(step: str, view: str, text: str, certain: bool) -> ReadCost:
+        if view not in memories:
+            memories[view] = plan.views[view].build(question)
+        sent[(view, text)] += 1
+        attempt = sent[(view, text)]
+        extra = {"attempt": attempt} if attempt > 1 else None
+        messages = build_reader_messages(text, question, memories[view], reader.instruction_role, extra=extra,
+                                         payload=reader.payload)
+        keys = {seed: call_key(spec.model, messages, spec.params, seed) for seed in seeds}
+        return ReadCost(step, certain, count_input_tokens(spec.model, messages), keys)
+
+    first = design.instructions.first_pass_for(question.question)  # a routed first pass: its route's instruction
+    question_reads = [read_cost("first_pass", FIRST_PASS_VIEW, first, True)]
+    for step in design.instructions.rules:
+        rule = step.rule
+        if rule.on == "question":
+            if rule.fires(question.question, None):
+                rules_certain[rule.name] += 1
+                question_reads.append(read_cost(rule.name, rule.view, step.instruction, True))
+        else:
+            question_reads.append(read_cost(rule.name, rule.view, step.instruction, False))
+    return question_reads, memories
+
+
+def _stage_tokens(plan: _Plan, question: Any, memories: dict[str, Any], seeds: Sequence[int],
+                  max_output: int | None) -> int:
+    """The cross-run stage's input tokens for a question (its own memory, else the view's built for the reads)."""
+    from lme.models.pricing import count_input_tokens
+
+    stage = plan.stage
+    memory = memories.get(stage.view) if stage.memory is None else None
+    messages = stage_messages(stage, question, memory or plan.stage_builder.build(question), plan.reader,
+                              len(seeds), max_output or 0)
+    return count_input_tokens(plan.reader.model.model, messages)
+
+
+def _call_keys(reads: list[list[ReadCost]]) -> set[str]:
+    """Every read's call key, over the seeds."""
+    return {key for question_reads in reads for read in question_reads for key in read.keys.values()}
+
+
+def _prices_of(reader_spec: Any, judge: Any, max_output: int | None) -> _Prices:
+    """The reader's and judge's prices and maximum outputs (no judge: none)."""
+    from lme.models.pricing import max_output_tokens
+
+    reader_prices = _prices(reader_spec)
     judge_prices = _prices(judge.model) if judge is not None else None
     judge_max_output = 0
     if judge is not None:
         judge_max_output = max_output_tokens(judge.model) or 0
-    estimates = tuple(
-        seed_estimate(
-            seed, reads, cached, reader_prices, max_output or 0,
-            judge_base if judge is not None else None, judge_prices, judge_max_output,
-        )
-        for seed in seeds
-    )
-    stage_estimate = None
+    return _Prices(reader_prices, judge_prices, max_output, judge_max_output)
+
+
+def _stage_estimate(design: Design, plan: _Plan, counted: _Counted, seeds: Sequence[int], judge: Any,
+                    prices: _Prices, notes: list[str]) -> StageEstimate | None:
+    """The cross-run stage's most calls and dollars; None, with a note for a design that has one, under 2 seeds."""
+    stage, max_output = plan.stage, prices.max_output
+    stage_reads, stage_judge = counted.stage_reads, counted.stage_judge
     if stage is not None:
-        stage_writer = next(iter(model_built([stage_builder])), None) if stage.memory is not None else None
-        stage_estimate = StageEstimate(
+        from lme.memory.model_built import model_built
+
+        stage_writer = next(iter(model_built([plan.stage_builder])), None) if stage.memory is not None else None
+        return StageEstimate(
             name=stage.name, runs=len(seeds), questions_max=len(stage_reads), selected_by_rule=stage.select is not None,
             reader_calls_max=len(stage_reads), input_tokens_max=sum(stage_reads),
-            reader_dollars_max=_dollars(reader_prices, sum(stage_reads), len(stage_reads) * (max_output or 0)),
+            reader_dollars_max=_dollars(prices.reader, sum(stage_reads), len(stage_reads) * (max_output or 0)),
             judge_calls_max=len(stage_reads) if judge is not None else 0,
-            judge_dollars_max=_dollars(judge_prices, sum(stage_judge) + len(stage_judge) * (max_output or 0),
-                                       len(stage_judge) * judge_max_output) if judge is not None else None,
+            judge_dollars_max=_dollars(prices.judge, sum(stage_judge) + len(stage_judge) * (max_output or 0),
+                                       len(stage_judge) * prices.judge_max_output) if judge is not None else None,
             memory=planned_calls(stage_writer, design.cache_dir) if stage_writer is not None else None,
         )
-    elif design.arbiter is not None:
+    if design.arbiter is not None:
         notes.append(f"cross-run stage {design.arbiter.name}: not counted, it needs at least 2 seeds (seed=1,2,3)")
+    return None
+
+
+def _design_estimate(design: Design, plan: _Plan, judge: Any, n_questions: int, counted: _Counted, prices: _Prices,
+                     estimates: tuple[SeedEstimate, ...], notes: list[str],
+                     stage_estimate: StageEstimate | None) -> DesignEstimate:
+    """The design's estimate from its parts."""
     return DesignEstimate(
         design=design.name,
         dataset=design.dataset.name,
-        n_questions=len(questions),
-        reader_model=spec.model,
+        n_questions=n_questions,
+        reader_model=plan.reader.model.model,
         judge_model=judge.model.model if judge is not None else "?",
-        reader_prices=reader_prices,
-        judge_prices=judge_prices,
-        max_output_tokens=max_output,
-        input_tokens=tuple(read.input_tokens for question_reads in reads for read in question_reads[:1]),
-        rules_certain=dict(rules_certain),
-        rules_possible=dict(rules_possible),
+        reader_prices=prices.reader,
+        judge_prices=prices.judge,
+        max_output_tokens=prices.max_output,
+        input_tokens=tuple(read.input_tokens for question_reads in counted.reads for read in question_reads[:1]),
+        rules_certain=dict(counted.rules_certain),
+        rules_possible=dict(counted.rules_possible),
         seeds=estimates,
         notes=tuple(notes),
         stage=stage_estimate,
