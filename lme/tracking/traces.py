@@ -375,35 +375,36 @@ class _Store:
             return None
 
     def _build(self, item: TraceInput, held: dict[str, str]):
-        from mlflow.entities import AssessmentSource, Feedback, TraceInfo, TraceLocation, TraceState
-
-        setup, outcome, record = self.setup, item.outcome, item.record
+        """A question's trace info and spans: the root, then its memories (with their retrieval), reader calls and
+        judge calls below it; `held` gains the texts this trace stores."""
         trace = _Trace()
-        verdict = outcome.verdict
+        verdict = item.outcome.verdict
         inputs = clean({"question": item.question, "question_date": item.question_date})  # the previews' texts too
-        outputs = clean({"answer": outcome.answer, "verdict": verdict})
+        outputs = clean({"answer": item.outcome.answer, "verdict": verdict})
         root = trace.span(f"question {item.question_id}", "CHAIN", None, inputs, outputs,
                           {"lme.question_id": item.question_id, "lme.question_type": item.question_type},
-                          record.start_ns, record.end_ns)
+                          item.record.start_ns, item.record.end_ns)
         tokens = {"input_tokens": 0, "output_tokens": 0}
-        dollars = 0.0
-
         # reader spans first decide which messages this trace stores; the memory spans are added before them
+        reads, dollars = self._planned_reads(item, trace, held, tokens)
+        self._memory_spans(item, trace, root, reads, held)
+        for read, span_inputs, span_outputs, attributes, _ in reads:
+            trace.span(f"reader {read.step}", "CHAT_MODEL", root, span_inputs, span_outputs, attributes,
+                       read.start_ns, read.end_ns, error=read.call.error)
+        dollars = self._judge_spans(item, trace, root, tokens, dollars)
+        return self._info(item, trace, inputs, outputs, verdict, tokens, dollars), trace
+
+    def _planned_reads(self, item: TraceInput, trace: _Trace, held: dict[str, str],
+                       tokens: dict[str, int]) -> tuple[list[tuple[Any, dict[str, Any], dict[str, Any],
+                                                                   dict[str, Any], bool]], float]:
+        """Each reader call's span inputs (its messages, or their digest and the trace holding them), outputs and
+        attributes, and whether this trace stores its messages; its tokens added to `tokens`, its dollars summed."""
         reads = []
-        for read in record.reads:
+        dollars = 0.0
+        for read in item.record.reads:
             call = read.call
             sha = messages_sha256(read.messages)
-            attributes = {"step": read.step, "view": read.view, "model": call.model, "attempt": read.attempt,
-                          "gateway_attempts": call.attempts, "from_cache": call.cached,
-                          "input_tokens": call.input_tokens, "output_tokens": call.output_tokens,
-                          "cached_input_tokens": call.cached_input_tokens, "reasoning_tokens": call.reasoning_tokens,
-                          "cost_usd": call.cost_usd, "latency_s": round((read.end_ns - read.start_ns) / 1e9, 4),
-                          "messages_sha256": sha, "mlflow.llm.model": call.model,
-                          "mlflow.chat.tokenUsage": {"input_tokens": call.input_tokens,
-                                                     "output_tokens": call.output_tokens,
-                                                     "total_tokens": call.input_tokens + call.output_tokens},
-                          # lme's own price (set, MLflow would price the call itself, importing litellm per helper)
-                          "mlflow.llm.cost": _cost(call.cost_usd)}
+            attributes = _read_attributes(read, sha)
             stored = False
             if not self.full:
                 span_inputs: dict[str, Any] = {"messages_sha256": sha}
@@ -417,8 +418,13 @@ class _Store:
             tokens["input_tokens"] += call.input_tokens
             tokens["output_tokens"] += call.output_tokens
             dollars += call.cost_usd or 0.0
+        return reads, dollars
 
-        for event in record.memories:
+    def _memory_spans(self, item: TraceInput, trace: _Trace, root: str, reads: list[tuple[Any, ...]],
+                      held: dict[str, str]) -> None:
+        """A span per memory built (its text, or where it is: a reader span or another trace), each with its
+        retrieval's top turns below it."""
+        for event in item.record.memories:
             memory = event.memory
             sha = sha256_text(memory.text)
             attributes = {"view": event.view, "bytes": memory.n_bytes, "turns": len(memory.turn_ids),
@@ -427,16 +433,7 @@ class _Store:
                           **{f"note.{k}": v for k, v in memory.notes.items()}}
             memory_outputs: dict[str, Any] = {"sha256": sha, "bytes": memory.n_bytes}
             if self.full:
-                in_reader = next((read.step for read, _, _, _, stored in reads if stored and any(
-                    memory.text in str(m.get("content", "")) for m in read.messages)), None) if memory.text else None
-                if in_reader is not None:
-                    memory_outputs["text_in_span"] = f"reader {in_reader}"
-                    held.setdefault(sha, trace.trace_id)
-                elif (holder := self._holder(sha, held)) is not None and holder != trace.trace_id:
-                    memory_outputs["text_in_trace"] = holder
-                else:
-                    memory_outputs = {"text": memory.text}
-                    held[sha] = trace.trace_id
+                memory_outputs = self._memory_text(memory.text, sha, memory_outputs, trace, reads, held)
             memory_span = trace.span(f"memory {event.view}", "MEMORY", root, {"question_id": item.question_id},
                                      memory_outputs, attributes, event.start_ns, event.end_ns)
             if memory.ranking is not None:
@@ -447,11 +444,26 @@ class _Store:
                            top, {"retriever": ranking.retriever, "ranked": len(ranking.turn_ids)},
                            event.start_ns, event.end_ns)
 
-        for read, span_inputs, span_outputs, attributes, _ in reads:
-            trace.span(f"reader {read.step}", "CHAT_MODEL", root, span_inputs, span_outputs, attributes,
-                       read.start_ns, read.end_ns, error=read.call.error)
+    def _memory_text(self, text: str, sha: str, memory_outputs: dict[str, Any], trace: _Trace,
+                     reads: list[tuple[Any, ...]], held: dict[str, str]) -> dict[str, Any]:
+        """A full trace's memory outputs: where its text is (a reader span of this trace that stores it, another
+        trace), else the text itself, held by this trace."""
+        in_reader = next((read.step for read, _, _, _, stored in reads if stored and any(
+            text in str(m.get("content", "")) for m in read.messages)), None) if text else None
+        if in_reader is not None:
+            memory_outputs["text_in_span"] = f"reader {in_reader}"
+            held.setdefault(sha, trace.trace_id)
+        elif (holder := self._holder(sha, held)) is not None and holder != trace.trace_id:
+            memory_outputs["text_in_trace"] = holder
+        else:
+            memory_outputs = {"text": text}
+            held[sha] = trace.trace_id
+        return memory_outputs
 
-        for judged, prompt in zip(record.verdicts, item.judge_prompts):
+    def _judge_spans(self, item: TraceInput, trace: _Trace, root: str, tokens: dict[str, int],
+                     dollars: float) -> float:
+        """A span per judge call (its prompt, or its digest), its tokens added to `tokens`; `dollars` plus theirs."""
+        for judged, prompt in zip(item.record.verdicts, item.judge_prompts):
             call = judged.verdict.call
             attributes: dict[str, Any] = {"step": judged.step,
                                           "latency_s": round((judged.end_ns - judged.start_ns) / 1e9, 4)}
@@ -467,7 +479,14 @@ class _Store:
                             "note": judged.verdict.note}
             trace.span(f"judge {judged.step}", "LLM", root, span_inputs, span_outputs, attributes,
                        judged.start_ns, judged.end_ns, error=judged.verdict.error)
+        return dollars
 
+    def _info(self, item: TraceInput, trace: _Trace, inputs: Any, outputs: Any, verdict: str,
+              tokens: dict[str, int], dollars: float) -> Any:
+        """The trace's `TraceInfo`: times, state, previews, token usage and cost, tags, the verdict as feedback."""
+        from mlflow.entities import AssessmentSource, Feedback, TraceInfo, TraceLocation, TraceState
+
+        setup, outcome, record = self.setup, item.outcome, item.record
         assessments = []
         if outcome.answer is not None and not outcome.judge_error:  # no verdict: the lme.verdict tag says missing
             source = AssessmentSource(source_type=setup.source[0], source_id=setup.source[1])
@@ -478,7 +497,7 @@ class _Store:
         response_preview = json.dumps(outputs, ensure_ascii=False)[:1000]
         start_ms = record.start_ns // 1_000_000
         tokens["total_tokens"] = tokens["input_tokens"] + tokens["output_tokens"]
-        info = TraceInfo(
+        return TraceInfo(
             trace_id=trace.trace_id,
             trace_location=TraceLocation.from_experiment_id(setup.experiment),
             request_time=start_ms or int(time.time() * 1000),
@@ -495,4 +514,19 @@ class _Store:
                   "lme.question_type": item.question_type, "lme.verdict": verdict},
             assessments=assessments,
         )
-        return info, trace
+
+
+def _read_attributes(read: Any, sha: str) -> dict[str, Any]:
+    """A reader span's attributes: step, view, model, attempts, cache, tokens, cost, latency, messages digest."""
+    call = read.call
+    return {"step": read.step, "view": read.view, "model": call.model, "attempt": read.attempt,
+            "gateway_attempts": call.attempts, "from_cache": call.cached,
+            "input_tokens": call.input_tokens, "output_tokens": call.output_tokens,
+            "cached_input_tokens": call.cached_input_tokens, "reasoning_tokens": call.reasoning_tokens,
+            "cost_usd": call.cost_usd, "latency_s": round((read.end_ns - read.start_ns) / 1e9, 4),
+            "messages_sha256": sha, "mlflow.llm.model": call.model,
+            "mlflow.chat.tokenUsage": {"input_tokens": call.input_tokens,
+                                       "output_tokens": call.output_tokens,
+                                       "total_tokens": call.input_tokens + call.output_tokens},
+            # lme's own price (set, MLflow would price the call itself, importing litellm per helper)
+            "mlflow.llm.cost": _cost(call.cost_usd)}
