@@ -5,6 +5,9 @@ reused by every seed): encoding such a prompt as JSON, or hashing it for the cal
 doing once per process rather than once per seed. `TextMemo` keeps the most recently used entries, up to
 a total size the caller measures (the characters of the texts an entry holds), so that a study whose
 prompts never repeat (or whose memories are huge) keeps at most that much, never a whole dataset.
+
+Its two users, measured on and off (`python scripts/bench_tricks.py memo_key|memo_payload`, 2026-12-07, per S
+question sent by 3 seeds): the call cache's key 3.8 -> 1.9 ms, the reader's user message 1.9 -> 0.6 ms of CPU.
 """
 
 from __future__ import annotations
