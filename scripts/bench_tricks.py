@@ -20,6 +20,16 @@ set to 0, an empty template folder), never in the code:
   template against MLflow's migrations;
 - `warm_call` (`lme.models.litellm_loader.warm_call_path`), `warm_tokenizers` (`lme.study.job.warm_tokenizers`):
   the first (mock) completion, the first token count, warmed or not.
+
+`--study startup|gc` measures in whole studies instead (`scripts/bench_orchestration.py`'s study command against
+the loopback server, rounds rotating the order of the switches): `startup`, a single run's time to its first
+request on S (4 questions); `gc`, S's first `--questions` x 3 seeds at zero latency, the collector's time in the
+study's process and the objects each freeze moved. There the tricks are switched off by
+`scripts/bench_tricks_site/sitecustomize.py` (on the studies' PYTHONPATH), which can also switch off
+`held_parse`, `prefetch`, `helper_warm` and `helper_nice`:
+
+    python scripts/bench_tricks.py --study gc --rounds 2 --questions 20 parse_pause file_freeze litellm_freeze job_freeze
+    python scripts/bench_tricks.py --study startup --rounds 3 held_parse prefetch helper_warm
 """
 
 from __future__ import annotations
@@ -40,7 +50,9 @@ from bench_common import DEFAULT_S, ROOT  # noqa: E402
 
 TRICKS = ("parse_pause", "file_freeze", "litellm_freeze", "job_freeze", "memo_key", "memo_payload", "store_template",
           "warm_call", "warm_tokenizers")
+STUDY_TRICKS = (*TRICKS, "held_parse", "prefetch", "helper_warm", "helper_nice")
 TEMPLATES_ENV = "LME_MLFLOW_TEMPLATES"
+SITE = Path(__file__).resolve().parent / "bench_tricks_site"
 S = DEFAULT_S
 
 
@@ -212,19 +224,79 @@ def measure(trick: str, pairs: int) -> dict[str, object]:
     return summary
 
 
+def _study_once(kind: str, off: str, root: Path, questions: int) -> dict[str, object]:
+    """One study with the tricks `off` (comma-separated, "" for none) switched off."""
+    import tempfile
+
+    import bench_orchestration as orchestration
+
+    log = Path(tempfile.mkdtemp(prefix="log-", dir=root))
+    saved = dict(os.environ)
+    os.environ.update({"BENCH_TRICKS_OFF": off, "BENCH_TRICKS_LOG": str(log),
+                       "PYTHONPATH": os.pathsep.join(filter(None, [str(SITE), saved.get("PYTHONPATH")]))})
+    try:
+        work = Path(tempfile.mkdtemp(prefix="study-", dir=root))
+        if kind == "startup":
+            run = orchestration.run_study(S, orchestration.STARTUP_QUESTIONS, 1, 0.0, 32, work, multirun=False)
+        else:
+            run = orchestration.run_study(S, questions, 3, 0.0, 32, work)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    studies = [json.loads(path.read_text(encoding="utf-8")) for path in log.glob("*.json")]
+    study = next((found for found in studies if str(found["argv"][0]).endswith("__main__.py")), None)
+    collector = sum(seconds for _, seconds in study["generations"].values()) if study else float("nan")
+    return {"first_request_s": run.first_request_s, "wall_s": run.wall_s, "collector_s": collector,
+            "full_collections": study["generations"]["2"][0] if study else -1,
+            "frozen_objects": study["freezes"] if study else {}}
+
+
+def study(kind: str, tricks: list[str], rounds: int, questions: int) -> dict[str, object]:
+    """Rounds of studies, the trick switches rotating: one with every trick on, then one per trick off."""
+    import tempfile
+
+    configs = ["", *tricks]
+    found: dict[str, list[dict[str, object]]] = {config or "all on": [] for config in configs}
+    with tempfile.TemporaryDirectory(prefix="lme-bench-tricks-") as folder:
+        for number in range(rounds):
+            for config in configs[number % len(configs):] + configs[:number % len(configs)]:
+                result = _study_once(kind, config, Path(folder), questions)
+                found[config or "all on"].append(result)
+                print(f"bench_tricks: round {number + 1}, {config or 'all on'} off: {json.dumps(result)}",
+                      file=sys.stderr, flush=True)
+    summary: dict[str, object] = {"study": kind, "rounds": rounds, "date": time.strftime("%Y-%m-%d %H:%M"),
+                                  "load_average": round(os.getloadavg()[0], 1)}
+    for config, runs in found.items():
+        summary[config] = {key: {"median": round(statistics.median(run[key] for run in runs), 3),  # type: ignore[misc]
+                                 "runs": [round(run[key], 3) for run in runs]}  # type: ignore[arg-type]
+                           for key in ("first_request_s", "wall_s", "collector_s")}
+        summary[config]["frozen_objects"] = [run["frozen_objects"] for run in runs]  # type: ignore[index]
+    return summary
+
+
 def main(argv: list[str] | None = None) -> int:
     global S
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("trick", choices=[*TRICKS, "all"])
+    parser.add_argument("trick", nargs="+", choices=[*STUDY_TRICKS, "all"])
+    parser.add_argument("--study", choices=("startup", "gc"), help="measure in whole studies (see above)")
+    parser.add_argument("--rounds", type=int, default=3, help="--study: rounds, each every switch once (3)")
+    parser.add_argument("--questions", type=int, default=20, help="--study gc: S's first N questions (20)")
     parser.add_argument("--pairs", type=int, default=3, help="on/off pairs, alternated (3)")
     parser.add_argument("--data", type=Path, default=DEFAULT_S, help=f"a LongMemEval file (default {DEFAULT_S})")
     parser.add_argument("--child", choices=("on", "off"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     S = args.data
     if args.child:
-        print(json.dumps(child(args.trick, args.child)))
+        print(json.dumps(child(args.trick[0], args.child)))
         return 0
-    for trick in TRICKS if args.trick == "all" else (args.trick,):
+    chosen = list(STUDY_TRICKS if args.study else TRICKS) if "all" in args.trick else args.trick
+    if args.study:
+        print(json.dumps(study(args.study, chosen, args.rounds, args.questions)), flush=True)
+        return 0
+    unknown = sorted(set(chosen) - set(TRICKS))
+    if unknown:
+        parser.error(f"{', '.join(unknown)}: measured in whole studies only (--study startup|gc)")
+    for trick in chosen:
         print(json.dumps(measure(trick, args.pairs)), flush=True)
     return 0
 
