@@ -12,8 +12,9 @@ set to 0, an empty template folder), never in the code:
 - `file_freeze` (`lme.data.dataset._load_held`): S frozen once loaded: one full collection afterwards;
 - `litellm_freeze` (`lme.models.litellm_loader.import_litellm`): the import paused and frozen: its CPU and one
   full collection afterwards;
-- `job_freeze` (`lme.study.job._run_job`'s `freeze_long_lived("job")`): what is still unfrozen once litellm and
-  the file are frozen and a bm25 design's parts are built: one full collection afterwards;
+- `job_freeze` (a freeze after the first job's parts, as `lme.study.job._run_job` did until 2026-12-07, removed
+  when this measured it moving nothing): what is still unfrozen once litellm and the file are frozen and a bm25
+  design's parts are built: one full collection afterwards;
 - `memo_key` (`lme.models.cache._MESSAGES`), `memo_payload` (`lme.answer.reader._PAYLOADS`): the same ~100 KB
   reader prompt for 3 seeds, per question;
 - `store_template` (`lme.tracking.store_template.create_whole`): a new MLflow SQLite store, a copy of the

@@ -21,7 +21,7 @@ from lme.util.errors import LmeError
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "lme"
 # the only modules outside lme/cli/ allowed a `main`: Hydra's task function and the `python -m lme` entry point
-ENTRY_POINTS = {PACKAGE / "hydra_run.py", PACKAGE / "__main__.py"}
+ENTRY_POINTS = {PACKAGE / "study" / "hydra_run.py", PACKAGE / "__main__.py"}
 
 # (the subcommand, what it requires): the arguments are parsed before anything is composed or loaded
 COMMANDS = [

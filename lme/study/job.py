@@ -26,7 +26,6 @@ from lme.data.dataset import load_dataset, loading_in_background, question_ids_o
 from lme.config.design import Design, plain
 from lme.util.errors import EXIT_BAD_INPUT, EXIT_BUDGET, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_SYSTEMIC, LmeError
 from lme.util.hashing import file_sha256_known, sha256_json
-from lme.util.heap import freeze_long_lived
 from lme.judge import JudgeLabel
 from lme.reporting.measures import run_measures
 from lme.models.cache import CallCache
@@ -79,8 +78,9 @@ def warm_model_calls(design: Any) -> None:
 def warm_tokenizers(design: Any) -> threading.Thread | None:
     """Load the reader's and judge's tokenizers in a background thread while the data file loads and MLflow sets up, for
     a design whose calls are counted (`lme.models.pricing.input_is_counted`, the gateway's rule): the first
-    count loads one, about 0.3-0.5 s that would otherwise come before the first request. Offline models
-    count nothing; a failure is left to the count that needs it."""
+    count loads one, about 0.3-0.5 s that would otherwise come before the first request (the first count for
+    `gpt-5-mini`: 0.3 ms of CPU warmed against 500 ms cold, `python scripts/bench_tricks.py warm_tokenizers`,
+    2026-12-07). Offline models count nothing; a failure is left to the count that needs it."""
     from lme.models.pricing import input_is_counted
     from lme.models.spec import OFFLINE_PROVIDER
 
@@ -269,7 +269,6 @@ def _run_job(design: Design) -> dict[str, float]:
     parts = _build_parts(design, reader, judge, data_path)
     journal = _open_journal(design.output_dir)
     cache, ledger, gateway = _open_stores(design, parts)
-    freeze_long_lived("job")  # imports and these parts live until exit: no collection walks them again
     params = design.params()  # refuses a key-like value before any MLflow run exists
     tracker = traces = None  # traces: one MLflow trace per question (lme.tracking.traces), unless tracking.traces=off
     status, failure, stop = "FAILED", None, None
