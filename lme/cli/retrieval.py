@@ -1,4 +1,6 @@
-"""`python -m lme retrieval`: rank every selected question's turns and report recall@k and NDCG@k.
+"""`python -m lme retrieval`: rank every selected question's turns and report LongMemEval's retrieval measures
+(recall_any, recall_all, ndcg_any @k, its definitions under its names) and lme's variants (suffixed `_all_roles`,
+`_all_turns`).
 
     python -m lme retrieval [--json] [--k 1,5,10,50,100] [--user-turns-only] [overrides]
 
@@ -21,23 +23,18 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from lme.cli.parser import make_parser
-from lme.retrieval.official import (
-    OFFICIAL_LEVELS,
-    OFFICIAL_MEASURES,
-    OfficialSummary,
-    official_name,
-    official_summary,
-)
 from lme.retrieval.metrics import (
     DEFAULT_KS,
     LEVELS,
+    VARIANT_SUFFIX,
     QuestionScores,
     RetrievalReport,
     metric_name,
-    mlflow_name,
+    official_ks,
     score_question,
     summarise,
     user_turns_view,
+    variant_name,
 )
 
 if TYPE_CHECKING:
@@ -62,17 +59,20 @@ def _parser() -> argparse.ArgumentParser:
     parser = make_parser(
         "python -m lme retrieval",
         "Rank every selected question's turns with the configured retriever (no model call) and "
-        "report turn- and session-level recall@k and NDCG@k, overall and per type. Other arguments are "
-        "config overrides, as for a run (+design=bm25 dataset.path=FILE limit=20 tracking.enabled=false).",
+        "report turn- and session-level recall@k and NDCG@k, overall and per type: LongMemEval's measures under "
+        "its names (recall_any, recall_all, ndcg_any), lme's variants suffixed _all_roles (turn level: assistant "
+        "evidence turns count) and _all_turns (session level: any turn of an evidence session counts). Other "
+        "arguments are config overrides, as for a run (+design=bm25 dataset.path=FILE limit=20 "
+        "tracking.enabled=false).",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of Markdown tables")
     parser.add_argument("--k", type=parse_ks, default=DEFAULT_KS, metavar="K,K,...",
-                        help="cut-offs (default 1,5,10,50,100); every turn of each question is ranked, so no "
-                        "session-level k is cut short")
+                        help="cut-offs (default 1,5,10,50,100; the official measures also at 1,3,5,10,30,50, the "
+                        "official script's); every turn of each question is ranked, so no session-level k is cut "
+                        "short")
     parser.add_argument("--user-turns-only", action="store_true",
-                        help="the official LongMemEval convention: rank user turns only; evidence = has_answer user "
-                        "turns and the evidence sessions holding one; also reports LongMemEval's own measures, "
-                        "computed as its evaluation code does (lme.retrieval.official)")
+                        help="rank user turns only, as LongMemEval's index does (no definition changes: an "
+                        "assistant evidence turn is then never found by the _all_roles variants)")
     return parser
 
 
@@ -80,43 +80,45 @@ def _fmt(value: float | None) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3f}"
 
 
-def markdown_tables(report: RetrievalReport, measures: Sequence[str] = ("recall", "ndcg")) -> str:
-    """One Markdown table per level: rows overall + each type; columns `measure@k`."""
-    blocks = []
-    for level in LEVELS:
-        header = ["group", "n"] + [f"{measure}@{k}" for measure in measures for k in report.ks]
-        lines = [
-            f"{level} level (n = questions with {level} evidence)",
-            "",
-            "| " + " | ".join(header) + " |",
-            "|" + "|".join(["---"] + ["--:"] * (len(header) - 1)) + "|",
-        ]
-        for group in report.groups():
-            cells = [group.name, str(group.n_scored[level])]
-            cells += [_fmt(group.values.get(metric_name(level, measure, k))) for measure in measures for k in report.ks]
-            lines.append("| " + " | ".join(cells) + " |")
-        blocks.append("\n".join(lines))
+OFFICIAL_SHOWN: tuple[str, ...] = ("recall_any", "ndcg_any")  # in the tables; --json holds recall_all too
+VARIANTS_SHOWN: tuple[str, ...] = ("recall_frac", "ndcg")
+_TITLES = {
+    "official": "LongMemEval's definitions (n = questions the official average keeps: not abstention, with a user "
+                "turn marked has_answer)",
+    "turn": "lme's turn-level variants: every has_answer turn is evidence, the assistant's too; textbook NDCG "
+            "(n = questions with such a turn)",
+    "session": "lme's session-level variants: any turn of an answer_session_ids session is a hit; textbook NDCG "
+               "(n = questions with such a session)",
+}
+
+
+def _table(report: RetrievalReport, title: str, scope: str, names: Sequence[str]) -> str:
+    header = ["group", "n"] + [name.split(".", 1)[1] for name in names]
+    lines = [title, "", "| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["--:"] * (len(header) - 1)) + "|"]
+    for group in report.groups():
+        cells = [group.name, str(group.n_scored[scope])] + [_fmt(group.values.get(name)) for name in names]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def markdown_tables(report: RetrievalReport, measures: Sequence[str] = VARIANTS_SHOWN,
+                    official: Sequence[str] = OFFICIAL_SHOWN) -> str:
+    """Markdown tables, rows overall + each type, columns at the report's k (the JSON also holds the official
+    measures at the official script's k): the official measures at each level (`recall_any@k`, `ndcg_any@k`),
+    then lme's variants at each level (`recall_frac_all_roles@k`, `ndcg_all_roles@k`, ...)."""
+    blocks = [_table(report, f"{level} level, {_TITLES['official']}", "official",
+                     [metric_name(level, measure, k) for measure in official for k in report.ks]) for level in LEVELS]
+    blocks += [_table(report, f"{level} level, {_TITLES[level]}", f"{level}_{VARIANT_SUFFIX[level]}",
+                      [variant_name(level, measure, k) for measure in measures for k in report.ks])
+               for level in LEVELS]
+    missing = report.n_no_evidence
     notes = (
-        f"{report.n_questions} questions ranked; left out: {report.n_abstention} abstention, "
-        f"{report.n_no_evidence['turn']} without evidence turns, "
-        f"{report.n_no_evidence['session']} without evidence sessions."
+        f"{report.n_questions} questions ranked; left out: {report.n_abstention} abstention; then "
+        f"{missing['official']} without a user turn marked has_answer (official), "
+        f"{missing['turn_all_roles']} without a has_answer turn (_all_roles), "
+        f"{missing['session_all_turns']} without an evidence session (_all_turns)."
     )
     return "\n\n".join(blocks) + "\n\n" + notes
-
-
-def official_table(summary: OfficialSummary) -> str:
-    """LongMemEval's own measures (`lme.retrieval.official`): one row per level, columns `measure@k`."""
-    ks = sorted({int(name.rsplit("@", 1)[1]) for name in summary.values})
-    header = ["level", "n"] + [f"{measure}@{k}" for measure in OFFICIAL_MEASURES for k in ks]
-    lines = ["LongMemEval's own measures (its evaluation code's definitions; user turns only)", "",
-             "| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["--:"] * (len(header) - 1)) + "|"]
-    for level in OFFICIAL_LEVELS:
-        cells = [level, str(summary.n_scored)]
-        cells += [_fmt(summary.values.get(official_name(level, measure, k))) for measure in OFFICIAL_MEASURES for k in ks]
-        lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", f"left out as the official average does: {summary.ignored_abstention} abstention, "
-              f"{summary.ignored_no_target} without a user turn marked has_answer."]
-    return "\n".join(lines)
 
 
 def _json_safe(value: Any) -> Any:
@@ -138,35 +140,33 @@ def per_question_row(score: QuestionScores) -> dict[str, Any]:
         "session_evidence": score.session_evidence,
         "first_turn_hit": score.first_turn_hit,
         "first_session_hit": score.first_session_hit,
+        "officially_scored": score.officially_scored,
         "metrics": dict(score.values),
     }
 
 
 def rank_and_score(
     questions: Sequence[Any], retriever: Any, ks: Sequence[int], user_turns_only: bool,
-    official: list[dict[str, float]] | None = None,
 ) -> list[QuestionScores]:
-    """Each question ranked (all its turns, never fewer than max(ks)) and scored, with progress on stderr
-    (`lme.util.progress`: questions done, rate, ETA); with `official`, LongMemEval's own measures of each ranking
-    are appended to it (user turns only)."""
+    """Each question ranked (all its turns, or its user turns with `user_turns_only`; never fewer than the
+    largest k) and scored, official measures and lme's variants, with progress on stderr (`lme.util.progress`:
+    questions done, rate, ETA)."""
     from lme.util.progress import progress
-    from lme.retrieval.official import OFFICIAL_KS, official_scores
 
+    depth = max(official_ks(ks))
     scores = []
     with progress(f"ranking ({retriever.name})", len(questions), "questions") as shown:
         for question in questions:
             view = user_turns_view(question) if user_turns_only else question
-            ranking = retriever.rank(view, max(max(ks), len(view.turns())))
-            scores.append(score_question(question, ranking.turn_ids, ks, user_turns_only))
-            if official is not None:
-                official.append(official_scores(question, ranking.turn_ids, sorted(set(ks) | set(OFFICIAL_KS))))
+            ranking = retriever.rank(view, max(depth, len(view.turns())))
+            scores.append(score_question(question, ranking.turn_ids, ks))
             shown.update()
     return scores
 
 
 def _log_to_mlflow(design: Design, data_path: Any, report: RetrievalReport,
                    scores: Sequence[QuestionScores], retriever_name: str, options: argparse.Namespace,
-                   seconds: float, result: Mapping[str, Any], official: OfficialSummary | None = None) -> str | None:
+                   seconds: float, result: Mapping[str, Any]) -> str | None:
     from lme.util.hashing import file_sha256
     from lme.tracking.runs import JobRun
 
@@ -187,8 +187,6 @@ def _log_to_mlflow(design: Design, data_path: Any, report: RetrievalReport,
         params["retrieval.user_turns_only"] = str(options.user_turns_only).lower()
         tracker.log_params(params)
         metrics = report.as_metrics() | {"seconds_per_question": seconds / max(1, report.n_questions)}
-        if official is not None:
-            metrics |= {mlflow_name(name): value for name, value in official.values.items()}
         tracker.log_metrics(metrics)
         tracker.log_text(json.dumps(_json_safe(result), indent=2, sort_keys=True) + "\n", REPORT_ARTIFACT)
         rows = "".join(json.dumps(_json_safe(per_question_row(s)), sort_keys=True) + "\n" for s in scores)
@@ -219,11 +217,9 @@ def _main(design: Design, options: argparse.Namespace) -> int:
     name = str(getattr(retriever, "name", type(retriever).__name__))
 
     started = time.perf_counter()
-    official: list[dict[str, float]] | None = [] if options.user_turns_only else None
-    scores = rank_and_score(questions, retriever, options.k, options.user_turns_only, official)
+    scores = rank_and_score(questions, retriever, options.k, options.user_turns_only)
     seconds = time.perf_counter() - started
     report = summarise(scores, options.k)
-    summary = official_summary(questions, official) if official is not None else None
     result: dict[str, Any] = {
         "design": design.name,
         "retriever": name,
@@ -232,10 +228,7 @@ def _main(design: Design, options: argparse.Namespace) -> int:
         **report.as_dict(),
         "seconds": round(seconds, 3),
     }
-    if summary is not None:
-        result["official"] = {"n_scored": summary.n_scored, "ignored_abstention": summary.ignored_abstention,
-                              "ignored_no_target": summary.ignored_no_target, "metrics": dict(summary.values)}
-    run_id = _log_to_mlflow(design, data_path, report, scores, name, options, seconds, result, summary)
+    run_id = _log_to_mlflow(design, data_path, report, scores, name, options, seconds, result)
     result["mlflow_run_id"] = run_id
     if options.json:
         print(json.dumps(_json_safe(result)), flush=True)
@@ -243,8 +236,6 @@ def _main(design: Design, options: argparse.Namespace) -> int:
         convention = ", user turns only" if options.user_turns_only else ""
         print(f"## Retrieval: design {result['design']}, retriever {name}{convention}\n", flush=True)
         print(markdown_tables(report), flush=True)
-        if summary is not None:
-            print("\n" + official_table(summary), flush=True)
     print(
         f"lme retrieval: {report.n_questions} questions in {seconds:.1f} s"
         + (f"; MLflow run {run_id}" if run_id else ""),

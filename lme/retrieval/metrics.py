@@ -1,33 +1,31 @@
-"""Retrieval measures without any model call: recall@k and NDCG@k of evidence turns and sessions.
+"""Retrieval measures without any model call: LongMemEval's official measures under their own names, and lme's
+variants under names that say how they differ.
 
-Definitions (E is a question's set of evidence items, R its ranked list, R_k
-the first k items of R, each item counted once at its first position):
+Official (`lme.retrieval.official`, computed as LongMemEval's `src/retrieval/eval_utils.py` computes them;
+averaged over the questions its code keeps: not abstention, with a user turn marked `has_answer`):
 
-- recall@k     = |E ∩ R_k| / |E|   (the fraction of the evidence in the top k)
-- recall_any@k = 1 if |E ∩ R_k| >= 1 else 0
-- recall_all@k = 1 if E ⊆ R_k else 0
-- NDCG@k       = DCG@k / IDCG@k with binary gains, DCG@k = Σ_{i=1..k} rel_i / log2(i + 1)
-                 (rel_i = 1 when the i-th item is evidence) and IDCG@k the DCG of a ranking
-                 with all the evidence first: Σ_{i=1..min(k, |E|)} 1 / log2(i + 1).
+- `turn.recall_any@k`, `turn.recall_all@k`, `turn.ndcg_any@k`: over the user turns, targets the evidence
+  user turns;
+- `session.recall_any@k`, `session.recall_all@k`, `session.ndcg_any@k`: an evidence session is found only
+  through one of its evidence (`has_answer`) user turns; read down to k distinct sessions.
 
-Each is computed per question and averaged (unweighted) over questions.
+lme's variants (E is a question's set of evidence items, R its ranked list, R_k its first k items, each item
+counted once at its first position; textbook NDCG: DCG@k = Σ_{i=1..k} rel_i / log2(i + 1) over IDCG@k =
+Σ_{i=1..min(k, |E|)} 1 / log2(i + 1)):
 
-Levels:
-- turn: E = the turns marked `has_answer`; R = the retriever's turn ranking.
-- session: E = the sessions whose original id is in `answer_session_ids`
-  (`Session.is_evidence`); R = the sessions in the order of their best-ranked
-  turn (a session's rank is the rank of its best turn; sessions without a
-  turn in the turn ranking are not ranked).
+- `turn.<m>_all_roles@k`: E = every turn marked `has_answer`, the assistant's too; R = the turn ranking;
+  averaged over the non-abstention questions with such a turn;
+- `session.<m>_all_turns@k`: E = the sessions in `answer_session_ids`; R = the sessions in the order of
+  their best-ranked turn, so ANY turn of an evidence session is a hit; averaged over the non-abstention
+  questions with such a session;
 
-Abstention questions are left out, and at each level so are questions with no
-evidence at that level (both are counted and reported). With
-`user_turns_only` the official LongMemEval convention is followed instead:
-only user turns are ranked (see `user_turns_view`), turn evidence is the
-user turns marked `has_answer`, session evidence the evidence sessions that
-hold such a turn.
+with <m> one of `recall_frac` (|E ∩ R_k| / |E|), `recall_any` (1 if E ∩ R_k is not empty), `recall_all`
+(1 if E ⊆ R_k), `ndcg` (textbook NDCG@k, binary gains).
 
-Metric names are `<level>.<measure>@<k>` (`turn.recall@10`); MLflow does not
-accept `@` in a metric name, so `mlflow_name` writes `turn.recall_at_10`.
+Abstention questions and, for each scope (`official`, `turn_all_roles`, `session_all_turns`), the questions
+that scope leaves out are counted and reported. `user_turns_view` restricts what is ranked (`lme retrieval
+--user-turns-only`); it changes no definition. MLflow does not accept `@` in a metric name, so `mlflow_name`
+writes `turn.recall_any_at_10`.
 """
 
 from __future__ import annotations
@@ -37,10 +35,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from lme.data.records import QUESTION_TYPES, Question
+from lme.retrieval.official import OFFICIAL_KS, official_scores, officially_scored
 
 DEFAULT_KS: tuple[int, ...] = (1, 5, 10, 50, 100)
 LEVELS: tuple[str, ...] = ("turn", "session")
-MEASURES: tuple[str, ...] = ("recall", "recall_any", "recall_all", "ndcg")
+MEASURES: tuple[str, ...] = ("recall_frac", "recall_any", "recall_all", "ndcg")  # lme's variants
+# What lme's variants at each level add to a measure's name: how they differ from the official definition.
+VARIANT_SUFFIX: Mapping[str, str] = {"turn": "all_roles", "session": "all_turns"}
+# Who is averaged: the official scope (both levels), and lme's variants at each level.
+SCOPES: tuple[str, ...] = ("official", "turn_all_roles", "session_all_turns")
 
 
 def _unique(items: Iterable[str]) -> list[str]:
@@ -83,7 +86,7 @@ def ndcg_at_k(ranked: Sequence[str], relevant: frozenset[str] | set[str], k: int
 
 
 _MEASURE_FUNCTIONS = {
-    "recall": recall_at_k,
+    "recall_frac": recall_at_k,
     "recall_any": recall_any_at_k,
     "recall_all": recall_all_at_k,
     "ndcg": ndcg_at_k,
@@ -91,7 +94,20 @@ _MEASURE_FUNCTIONS = {
 
 
 def metric_name(level: str, measure: str, k: int) -> str:
+    """A measure's name as reported: `turn.recall_any@10` (official), `turn.recall_any_all_roles@10` (lme's)."""
     return f"{level}.{measure}@{k}"
+
+
+def variant_name(level: str, measure: str, k: int) -> str:
+    """The name of lme's variant of `measure` at `level`: `session.recall_any_all_turns@1`."""
+    return metric_name(level, f"{measure}_{VARIANT_SUFFIX[level]}", k)
+
+
+def scope_of(name: str) -> str:
+    """Which questions a measure is averaged over: `official`, `turn_all_roles` or `session_all_turns`."""
+    level, rest = name.split(".", 1)
+    measure = rest.split("@", 1)[0]
+    return f"{level}_{VARIANT_SUFFIX[level]}" if measure.endswith("_" + VARIANT_SUFFIX[level]) else "official"
 
 
 def mlflow_name(name: str) -> str:
@@ -110,7 +126,8 @@ def sessions_in_rank_order(turn_ids: Sequence[str]) -> tuple[str, ...]:
 
 
 def user_turns_view(question: Question) -> Question:
-    """The question with only its user turns (ids unchanged): what the official scripts index."""
+    """The question with only its user turns (ids unchanged): what the official scripts index, and what
+    `lme retrieval --user-turns-only` ranks (every measure keeps its definition)."""
     sessions = tuple(
         replace(session, turns=tuple(turn for turn in session.turns if turn.role == "user"))
         for session in question.sessions
@@ -118,32 +135,28 @@ def user_turns_view(question: Question) -> Question:
     return replace(question, sessions=sessions)
 
 
-def turn_evidence(question: Question, user_turns_only: bool = False) -> frozenset[str]:
-    """Ids of the turns marked `has_answer` (user turns only when asked)."""
-    return frozenset(
-        turn.turn_id
-        for turn in question.turns()
-        if turn.has_answer and (turn.role == "user" or not user_turns_only)
-    )
+def turn_evidence(question: Question) -> frozenset[str]:
+    """Ids of the turns marked `has_answer`, whoever speaks (lme's turn-level variants)."""
+    return frozenset(turn.turn_id for turn in question.turns() if turn.has_answer)
 
 
-def session_evidence(question: Question, user_turns_only: bool = False) -> frozenset[str]:
-    """Ids of the sessions listed in `answer_session_ids` (holding a `has_answer` user turn, when asked)."""
-    return frozenset(
-        session.session_id
-        for session in question.sessions
-        if session.is_evidence
-        and (not user_turns_only or any(turn.has_answer and turn.role == "user" for turn in session.turns))
-    )
+def session_evidence(question: Question) -> frozenset[str]:
+    """Ids of the sessions listed in `answer_session_ids` (lme's session-level variants)."""
+    return frozenset(session.session_id for session in question.sessions if session.is_evidence)
 
 
 def level_scores(ranked: Sequence[str], relevant: frozenset[str], level: str, ks: Sequence[int]) -> dict[str, float]:
-    """Every measure at every k for one level of one question (relevant must not be empty)."""
+    """lme's variant of every measure at every k for one level of one question (relevant must not be empty)."""
     return {
-        metric_name(level, measure, k): function(ranked, relevant, k)
+        variant_name(level, measure, k): function(ranked, relevant, k)
         for measure, function in _MEASURE_FUNCTIONS.items()
         for k in ks
     }
+
+
+def official_ks(ks: Sequence[int]) -> tuple[int, ...]:
+    """The k of the official measures: those asked for and those the official script reports."""
+    return tuple(sorted(set(ks) | set(OFFICIAL_KS)))
 
 
 def _first_hit(ranked: Sequence[str], relevant: frozenset[str]) -> int | None:
@@ -152,31 +165,43 @@ def _first_hit(ranked: Sequence[str], relevant: frozenset[str]) -> int | None:
 
 @dataclass(frozen=True, slots=True)
 class QuestionScores:
-    """One question's retrieval measures (empty `values` at a level without evidence)."""
+    """One question's retrieval measures: the official ones when the official average keeps the question, lme's
+    variants at each level where it has evidence (nothing for an abstention question)."""
 
     question_id: str
     question_type: str
     abstention: bool
-    turn_evidence: int
-    session_evidence: int
-    first_turn_hit: int | None  # rank of the best-ranked evidence turn (None: none ranked)
-    first_session_hit: int | None
+    turn_evidence: int  # turns marked has_answer, any role
+    session_evidence: int  # sessions in answer_session_ids
+    first_turn_hit: int | None  # rank of the best-ranked has_answer turn, any role (None: none ranked)
+    first_session_hit: int | None  # session rank (by best turn) of the best-ranked evidence session
     values: Mapping[str, float] = field(default_factory=dict)
+    officially_scored: bool = False  # kept by the official average
 
-    def scored(self, level: str) -> bool:
+    def scored(self, scope: str) -> bool:
+        """Whether the question counts in `scope`'s average (`official`, `turn_all_roles`, `session_all_turns`;
+        the bare levels `turn` and `session` name lme's variants)."""
         if self.abstention:
             return False
+        if scope == "official":
+            return self.officially_scored
+        level = scope.split("_", 1)[0]
         return (self.turn_evidence if level == "turn" else self.session_evidence) > 0
 
 
 def score_question(
-    question: Question, turn_ids: Sequence[str], ks: Sequence[int] = DEFAULT_KS, user_turns_only: bool = False
+    question: Question, turn_ids: Sequence[str], ks: Sequence[int] = DEFAULT_KS,
+    official_k: Sequence[int] | None = None,
 ) -> QuestionScores:
-    """The measures of one question's turn ranking (nothing is scored for an abstention question)."""
-    turns = turn_evidence(question, user_turns_only)
-    sessions = session_evidence(question, user_turns_only)
+    """The measures of one question's turn ranking: lme's variants at `ks`, the official ones at `official_k`
+    (default: `ks` and the official script's k). The official ones read the ranking's user turns only."""
+    turns = turn_evidence(question)
+    sessions = session_evidence(question)
     ranked_sessions = sessions_in_rank_order(turn_ids)
+    kept = officially_scored(question)
     values: dict[str, float] = {}
+    if kept:
+        values.update(official_scores(question, turn_ids, official_ks(ks) if official_k is None else official_k))
     if not question.is_abstention:
         if turns:
             values.update(level_scores(turn_ids, turns, "turn", ks))
@@ -191,6 +216,7 @@ def score_question(
         first_turn_hit=_first_hit(turn_ids, turns),
         first_session_hit=_first_hit(ranked_sessions, sessions),
         values=values,
+        officially_scored=kept,
     )
 
 
@@ -200,34 +226,36 @@ class GroupScores:
 
     name: str
     n_questions: int  # non-abstention questions in the group
-    n_scored: Mapping[str, int]  # level -> questions with evidence at that level
-    values: Mapping[str, float]  # metric name -> mean (absent for a level nobody was scored at)
+    n_scored: Mapping[str, int]  # scope -> questions averaged in that scope
+    values: Mapping[str, float]  # metric name -> mean (absent for a scope nobody was scored in)
 
 
 @dataclass(frozen=True, slots=True)
 class RetrievalReport:
-    ks: tuple[int, ...]
+    ks: tuple[int, ...]  # of lme's variants
     n_questions: int  # every question ranked, abstention included
     n_abstention: int
-    n_no_evidence: Mapping[str, int]  # level -> non-abstention questions without evidence there (left out)
+    n_no_evidence: Mapping[str, int]  # scope -> non-abstention questions that scope leaves out
     overall: GroupScores
     by_type: tuple[GroupScores, ...]
+    official_ks: tuple[int, ...] = ()  # of the official measures
 
     def groups(self) -> tuple[GroupScores, ...]:
         return (self.overall, *self.by_type)
 
     def as_metrics(self) -> dict[str, float]:
-        """MLflow metrics: overall `turn.recall_at_10`, per type `turn.recall_at_10.<type>`, and the counts."""
+        """MLflow metrics: overall `turn.recall_any_at_10`, per type `turn.recall_any_at_10.<type>`, and the counts
+        (`<scope>.n_scored`, `<scope>.n_no_evidence`)."""
         metrics: dict[str, float] = {
             "n_questions": float(self.n_questions),
             "n_abstention": float(self.n_abstention),
         }
-        for level in LEVELS:
-            metrics[f"{level}.n_no_evidence"] = float(self.n_no_evidence[level])
+        for scope in SCOPES:
+            metrics[f"{scope}.n_no_evidence"] = float(self.n_no_evidence[scope])
         for group in self.groups():
             suffix = "" if group is self.overall else f".{group.name}"
-            for level in LEVELS:
-                metrics[f"{level}.n_scored{suffix}"] = float(group.n_scored[level])
+            for scope in SCOPES:
+                metrics[f"{scope}.n_scored{suffix}"] = float(group.n_scored[scope])
             for name, value in group.values.items():
                 metrics[mlflow_name(name) + suffix] = value
         return metrics
@@ -238,6 +266,7 @@ class RetrievalReport:
 
         return {
             "ks": list(self.ks),
+            "official_ks": list(self.official_ks),
             "n_questions": self.n_questions,
             "n_abstention": self.n_abstention,
             "n_no_evidence": dict(self.n_no_evidence),
@@ -248,16 +277,17 @@ class RetrievalReport:
 
 def _group(name: str, scores: Sequence[QuestionScores]) -> GroupScores:
     answerable = [score for score in scores if not score.abstention]
-    n_scored = {level: sum(1 for score in answerable if score.scored(level)) for level in LEVELS}
+    n_scored = {scope: sum(1 for score in answerable if score.scored(scope)) for scope in SCOPES}
     names = _unique(name for score in answerable for name in score.values)
     values = {}
     for metric in names:
-        level = metric.split(".", 1)[0]
-        values[metric] = math.fsum(s.values[metric] for s in answerable if s.scored(level)) / n_scored[level]
+        scope = scope_of(metric)
+        values[metric] = math.fsum(s.values[metric] for s in answerable if s.scored(scope)) / n_scored[scope]
     return GroupScores(name=name, n_questions=len(answerable), n_scored=n_scored, values=values)
 
 
-def summarise(scores: Sequence[QuestionScores], ks: Sequence[int] = DEFAULT_KS) -> RetrievalReport:
+def summarise(scores: Sequence[QuestionScores], ks: Sequence[int] = DEFAULT_KS,
+              official_k: Sequence[int] | None = None) -> RetrievalReport:
     """Means overall and per type (types in LongMemEval's order, those with an answerable question)."""
     answerable = [score for score in scores if not score.abstention]
     known = [name for name in QUESTION_TYPES if any(s.question_type == name for s in answerable)]
@@ -266,7 +296,8 @@ def summarise(scores: Sequence[QuestionScores], ks: Sequence[int] = DEFAULT_KS) 
         ks=tuple(ks),
         n_questions=len(scores),
         n_abstention=len(scores) - len(answerable),
-        n_no_evidence={level: sum(1 for s in answerable if not s.scored(level)) for level in LEVELS},
+        n_no_evidence={scope: sum(1 for s in answerable if not s.scored(scope)) for scope in SCOPES},
         overall=_group("overall", scores),
         by_type=tuple(_group(name, [s for s in scores if s.question_type == name]) for name in known + others),
+        official_ks=official_ks(ks) if official_k is None else tuple(official_k),
     )

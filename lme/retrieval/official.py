@@ -1,7 +1,7 @@
 """LongMemEval's own retrieval measures, computed as its evaluation code computes them (`src/retrieval/
 eval_utils.py` and `run_retrieval.py`, turn granularity), so lme's figures can be set beside published ones.
 
-They differ from lme's measures (`lme.retrieval.metrics`) in four ways, each followed here on purpose:
+They differ from lme's variants (`lme.retrieval.metrics`) in four ways, each followed here on purpose:
 
 1. **What is ranked**: the user turns only, in history order; each is named `<session's original id>_<position>`
    (position 1-based among all the session's turns), and in an evidence session (original id containing
@@ -20,8 +20,9 @@ abstention questions (`_abs` in the id) and questions whose history has no user 
 
 The official code ranks every user turn; a retriever that ranks fewer (BM25 returns only turns sharing a word
 with the question) is completed here with the unranked user turns in history order, so figures deep in the
-ranking depend on that order. Metric names: `official.<level>.<measure>@<k>`, measures `recall_any`,
-`recall_all`, `ndcg_any` (the official names).
+ranking depend on that order; turns other than the user's in a ranking are skipped. Metric names: the official
+ones, `<level>.<measure>@<k>` with measures `recall_any`, `recall_all`, `ndcg_any` (`session.recall_any@10`);
+lme's own variants carry a suffix (`lme.retrieval.metrics`). Older runs stored these as `official.<name>`.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ OFFICIAL_LEVELS: tuple[str, ...] = ("turn", "session")
 
 
 def official_name(level: str, measure: str, k: int) -> str:
-    return f"official.{level}.{measure}@{k}"
+    """An official measure's name: `session.recall_any@10` (no prefix: the official names are LongMemEval's)."""
+    return f"{level}.{measure}@{k}"
 
 
 @dataclass(frozen=True, slots=True)

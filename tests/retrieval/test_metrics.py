@@ -96,9 +96,6 @@ def test_evidence_follows_the_sessions_after_date_sorting() -> None:
     assert [s.original_id for s in question.sessions] == ["answer_a", "noise_1", "answer_b", "noise_2"]
     assert turn_evidence(question) == {"s0000:0", "s0002:1"}
     assert session_evidence(question) == {"s0000", "s0002"}
-    # the official convention: user turns only, and sessions holding such a turn
-    assert turn_evidence(question, user_turns_only=True) == {"s0000:0"}
-    assert session_evidence(question, user_turns_only=True) == {"s0000"}
     assert sessions_in_rank_order(RANKED) == ("s0001", "s0002", "s0000", "s0003")
 
 
@@ -107,30 +104,73 @@ def test_turn_and_session_scores_of_a_known_ranking() -> None:
     scores = score_question(question, RANKED, KS)
     v = scores.values
     # turns: evidence at ranks 2 (s0002:1) and 5 (s0000:0)
-    assert [v[f"turn.recall@{k}"] for k in KS] == [0.0, 0.5, 1.0]
-    assert [v[f"turn.recall_any@{k}"] for k in KS] == [0.0, 1.0, 1.0]
-    assert [v[f"turn.recall_all@{k}"] for k in KS] == [0.0, 0.0, 1.0]
-    assert v["turn.ndcg@1"] == 0.0
-    assert v["turn.ndcg@2"] == pytest.approx(L3 / (1 + L3))  # 0.3869
-    assert v["turn.ndcg@5"] == pytest.approx((L3 + 1 / math.log2(6)) / (1 + L3))  # 0.6241
-    assert v["turn.ndcg@5"] == pytest.approx(0.624050, abs=1e-6)
+    assert [v[f"turn.recall_frac_all_roles@{k}"] for k in KS] == [0.0, 0.5, 1.0]
+    assert [v[f"turn.recall_any_all_roles@{k}"] for k in KS] == [0.0, 1.0, 1.0]
+    assert [v[f"turn.recall_all_all_roles@{k}"] for k in KS] == [0.0, 0.0, 1.0]
+    assert v["turn.ndcg_all_roles@1"] == 0.0
+    assert v["turn.ndcg_all_roles@2"] == pytest.approx(L3 / (1 + L3))  # 0.3869
+    assert v["turn.ndcg_all_roles@5"] == pytest.approx((L3 + 1 / math.log2(6)) / (1 + L3))  # 0.6241
+    assert v["turn.ndcg_all_roles@5"] == pytest.approx(0.624050, abs=1e-6)
     # sessions in order s0001, s0002, s0000 (its best turn is 4th), s0003: evidence at session ranks 2 and 3
-    assert [v[f"session.recall@{k}"] for k in KS] == [0.0, 0.5, 1.0]
-    assert v["session.ndcg@5"] == pytest.approx((L3 + 0.5) / (1 + L3))  # 0.6934
+    assert [v[f"session.recall_frac_all_turns@{k}"] for k in KS] == [0.0, 0.5, 1.0]
+    assert v["session.ndcg_all_turns@5"] == pytest.approx((L3 + 0.5) / (1 + L3))  # 0.6934
     assert (scores.turn_evidence, scores.session_evidence) == (2, 2)
     assert (scores.first_turn_hit, scores.first_session_hit) == (2, 2)
 
 
-def test_user_turns_only_scores_the_user_view() -> None:
+def test_a_user_turn_ranking_keeps_every_definition() -> None:
+    """--user-turns-only restricts what is ranked, nothing else: the assistant's evidence turn (s0002:1) stays
+    evidence for the _all_roles variants and is never found."""
     question = make_question("q1", "multi-session", HISTORY, ["answer_a", "answer_b"])
     view = user_turns_view(question)
     assert [turn.turn_id for turn in view.turns()] == ["s0000:0", "s0001:0", "s0002:0", "s0003:0"]
     assert question.turns()[1].role == "assistant"  # the original is untouched
     ranked = ["s0002:0", "s0000:0", "s0001:0", "s0003:0"]
-    v = score_question(question, ranked, KS, user_turns_only=True).values
-    assert [v[f"turn.recall@{k}"] for k in KS] == [0.0, 1.0, 1.0]
-    assert v["turn.ndcg@2"] == pytest.approx(L3)  # one evidence item, found at rank 2
-    assert [v[f"session.recall@{k}"] for k in KS] == [0.0, 1.0, 1.0]
+    v = score_question(question, ranked, KS).values
+    assert [v[f"turn.recall_frac_all_roles@{k}"] for k in KS] == [0.0, 0.5, 0.5]
+    assert v["turn.ndcg_all_roles@2"] == pytest.approx(L3 / (1 + L3))  # found at rank 2; the ideal holds two
+    # any turn of an evidence session is a hit: s0002 (answer_b) at 1, s0000 (answer_a) at 2
+    assert [v[f"session.recall_frac_all_turns@{k}"] for k in KS] == [0.5, 1.0, 1.0]
+    assert v["session.recall_any_all_turns@1"] == 1.0
+    # official: the one target is answer_a's user turn, 2nd; answer_b's user turn is `noans_b_1`, no hit
+    assert [v[f"turn.recall_any@{k}"] for k in KS] == [0.0, 1.0, 1.0]
+    assert v["turn.ndcg_any@2"] == 1.0  # the official DCG leaves rank 2 undiscounted
+    assert [v[f"session.recall_any@{k}"] for k in KS] == [0.0, 1.0, 1.0]
+
+
+def test_an_evidence_session_whose_other_turns_rank_first() -> None:
+    """Both names pinned by hand on one question: the evidence session's user turn without the answer and its
+    assistant turn rank first, its evidence user turn only fourth (third among user turns)."""
+    history = [
+        {"id": "answer_x", "date": "2023/06/01 (Thu) 09:00",
+         "turns": [("user", "I repaint my bicycle.", False), ("assistant", "Which colour?", False),
+                   ("user", "Blue, it is blue now.", True)]},
+        {"id": "noise_y", "date": "2023/06/02 (Fri) 09:00",
+         "turns": [("user", "Soup recipe?", False), ("assistant", "Tomato.", False)]},
+        {"id": "noise_z", "date": "2023/06/03 (Sat) 09:00",
+         "turns": [("user", "Film tips?", False), ("assistant", "A classic.", False)]},
+    ]
+    question = make_question("q9", "single-session-user", history, ["answer_x"])
+    ranked = ["s0000:0", "s0000:1", "s0001:0", "s0000:2", "s0002:0", "s0001:1", "s0002:1"]
+    v = score_question(question, ranked, (1, 3, 5), official_k=(1, 2, 3)).values
+    # lme's session variant: s0000 holds the best-ranked turn, so the evidence session is first
+    assert v["session.recall_any_all_turns@1"] == 1.0 and v["session.ndcg_all_turns@1"] == 1.0
+    # official session level: user turns in order noans_x_1, noise_y_1, answer_x_3, noise_z_1; only the
+    # has_answer turn names the session `answer_x`, so @1 and @2 find nothing and @3 (depth 3) finds it
+    assert v["session.recall_any@1"] == 0.0 and v["session.ndcg_any@1"] == 0.0
+    assert v["session.recall_any@2"] == 0.0 and v["session.recall_all@2"] == 0.0
+    assert v["session.recall_any@3"] == 1.0 and v["session.recall_all@3"] == 1.0
+    assert v["session.ndcg_any@3"] == pytest.approx(L3)  # one gain at rank 3: 1/log2(3); the ideal 1
+    # turn level: the evidence turn is 4th of all turns (lme) and 3rd of the user turns (official)
+    assert [v[f"turn.recall_any_all_roles@{k}"] for k in (1, 3, 5)] == [0.0, 0.0, 1.0]
+    assert v["turn.ndcg_all_roles@5"] == pytest.approx(1 / math.log2(5))  # textbook discount at rank 4
+    assert [v[f"turn.recall_any@{k}"] for k in (1, 2, 3)] == [0.0, 0.0, 1.0]
+    assert v["turn.ndcg_any@3"] == pytest.approx(L3)  # official discount at rank 3: 1/log2(3)
+
+    report = summarise([score_question(question, ranked, (1,), official_k=(1,))], (1,), official_k=(1,))
+    assert report.overall.values["session.recall_any@1"] == 0.0
+    assert report.overall.values["session.recall_any_all_turns@1"] == 1.0
+    assert report.overall.n_scored == {"official": 1, "turn_all_roles": 1, "session_all_turns": 1}
 
 
 def test_abstention_and_evidence_free_questions_are_left_out_and_counted() -> None:
@@ -142,32 +182,38 @@ def test_abstention_and_evidence_free_questions_are_left_out_and_counted() -> No
     rows = [score_question(q, RANKED, KS) for q in (answerable, session_only, abstention)]
     assert rows[2].abstention and rows[2].values == {}
     assert not any(name.startswith("turn.") for name in rows[1].values)
-    assert rows[1].values["session.recall@5"] == 1.0 and rows[1].values["session.ndcg@5"] == pytest.approx(0.5)
+    assert rows[1].values["session.recall_frac_all_turns@5"] == 1.0
+    assert rows[1].values["session.ndcg_all_turns@5"] == pytest.approx(0.5)
+    assert not rows[1].officially_scored and "session.recall_any@5" not in rows[1].values
 
     report = summarise(rows, KS)
     assert (report.n_questions, report.n_abstention) == (3, 1)
-    assert report.n_no_evidence == {"turn": 1, "session": 0}
+    # the official average keeps q1 only (q2 has no user turn marked has_answer)
+    assert report.n_no_evidence == {"official": 1, "turn_all_roles": 1, "session_all_turns": 0}
     assert report.overall.n_questions == 2
-    assert report.overall.n_scored == {"turn": 1, "session": 2}
+    assert report.overall.n_scored == {"official": 1, "turn_all_roles": 1, "session_all_turns": 2}
     # turn level: only q1; session level: the mean of q1 and q2
-    assert report.overall.values["turn.recall@2"] == 0.5
-    assert report.overall.values["session.recall@2"] == pytest.approx((0.5 + 0.0) / 2)
-    assert report.overall.values["session.ndcg@5"] == pytest.approx(((L3 + 0.5) / (1 + L3) + 0.5) / 2)
+    assert report.overall.values["turn.recall_frac_all_roles@2"] == 0.5
+    assert report.overall.values["session.recall_frac_all_turns@2"] == pytest.approx((0.5 + 0.0) / 2)
+    assert report.overall.values["session.ndcg_all_turns@5"] == pytest.approx(((L3 + 0.5) / (1 + L3) + 0.5) / 2)
     # types in LongMemEval's order; the abstention question's type has no answerable question of its own here
     assert [group.name for group in report.by_type] == ["multi-session", "knowledge-update"]
     knowledge = report.by_type[1]
-    assert knowledge.n_scored == {"turn": 0, "session": 1} and "turn.recall@2" not in knowledge.values
+    assert knowledge.n_scored == {"official": 0, "turn_all_roles": 0, "session_all_turns": 1}
+    assert "turn.recall_frac_all_roles@2" not in knowledge.values and "turn.recall_any@5" not in knowledge.values
 
     metrics = report.as_metrics()
-    assert metrics["turn.recall_at_2"] == 0.5
-    assert metrics["session.recall_at_5.knowledge-update"] == 1.0
-    assert metrics["turn.n_no_evidence"] == 1.0 and metrics["n_abstention"] == 1.0
-    assert metrics["session.n_scored.multi-session"] == 1.0
+    assert metrics["turn.recall_frac_all_roles_at_2"] == 0.5
+    assert metrics["session.recall_frac_all_turns_at_5.knowledge-update"] == 1.0
+    assert metrics["turn_all_roles.n_no_evidence"] == 1.0 and metrics["n_abstention"] == 1.0
+    assert metrics["session_all_turns.n_scored.multi-session"] == 1.0
+    assert metrics["official.n_scored"] == 1.0 and metrics["official.n_no_evidence"] == 1.0
+    assert metrics["session.recall_any_at_5"] == report.overall.values["session.recall_any@5"]
     assert not any("@" in name for name in metrics)
-    assert "turn.recall_at_2.knowledge-update" not in metrics
+    assert "turn.recall_frac_all_roles_at_2.knowledge-update" not in metrics
     as_dict = report.as_dict()
-    assert as_dict["ks"] == [1, 2, 5]
-    assert as_dict["by_type"]["multi-session"]["metrics"]["turn.recall@5"] == 1.0
+    assert as_dict["ks"] == [1, 2, 5] and as_dict["official_ks"] == [1, 2, 3, 5, 10, 30, 50]
+    assert as_dict["by_type"]["multi-session"]["metrics"]["turn.recall_frac_all_roles@5"] == 1.0
 
 
 def test_a_type_with_only_abstention_questions_gets_no_row() -> None:

@@ -48,7 +48,7 @@ def expected_report(path: Path, user_turns_only: bool = False) -> dict:
     scores = []
     for question in load_questions(path):
         view = user_turns_view(question) if user_turns_only else question
-        scores.append(score_question(question, retriever.rank(view, max(KS)).turn_ids, KS, user_turns_only))
+        scores.append(score_question(question, retriever.rank(view, 10_000).turn_ids, KS))
     return summarise(scores, KS).as_dict()
 
 
@@ -63,18 +63,28 @@ def assert_same_groups(got: dict, expected: dict) -> None:
 
 
 def check_consistent(group: dict) -> None:
-    """Within one group: recall_all <= recall <= recall_any, and recall never falls as k grows."""
+    """Within one group: recall_all <= recall_frac <= recall_any (lme's variants), recall_all <= recall_any
+    (official), and no recall falls as k grows."""
     metrics = group["metrics"]
-    for level in ("turn", "session"):
-        if not group["n_scored"][level]:
-            assert not any(name.startswith(level + ".") for name in metrics)
+    for level, suffix in (("turn", "_all_roles"), ("session", "_all_turns")):
+        if not group["n_scored"][level + suffix]:
+            assert not any(name.startswith(level + ".") and suffix in name for name in metrics)
             continue
-        recalls = [metrics[f"{level}.recall@{k}"] for k in KS]
+        recalls = [metrics[f"{level}.recall_frac{suffix}@{k}"] for k in KS]
         assert recalls == sorted(recalls)
         for k in KS:
-            low, mid, high = (metrics[f"{level}.{m}@{k}"] for m in ("recall_all", "recall", "recall_any"))
+            low, mid, high = (metrics[f"{level}.{m}{suffix}@{k}"] for m in ("recall_all", "recall_frac", "recall_any"))
             assert low <= mid <= high
-            assert 0.0 <= metrics[f"{level}.ndcg@{k}"] <= 1.0
+            assert 0.0 <= metrics[f"{level}.ndcg{suffix}@{k}"] <= 1.0
+    for level in ("turn", "session"):
+        if not group["n_scored"]["official"]:
+            assert f"{level}.recall_any@1" not in metrics
+            continue
+        recalls = [metrics[f"{level}.recall_any@{k}"] for k in KS]
+        assert recalls == sorted(recalls)
+        for k in KS:
+            assert metrics[f"{level}.recall_all@{k}"] <= metrics[f"{level}.recall_any@{k}"]
+            assert 0.0 <= metrics[f"{level}.ndcg_any@{k}"] <= 1.0 + 1e-12
 
 
 def test_parse_ks() -> None:
@@ -89,9 +99,10 @@ def test_json_on_the_bundled_sample_matches_the_measures_computed_here() -> None
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert (report["design"], report["retriever"], report["mlflow_run_id"]) == ("bm25", "bm25", None)
-    assert report["ks"] == list(KS)
+    assert report["ks"] == list(KS) and report["official_ks"] == [1, 3, 5, 10, 30, 50, 100]
     assert (report["n_questions"], report["n_abstention"]) == (42, 5)
-    assert report["overall"]["n_scored"] == {"turn": 37, "session": 37}
+    # the sample's single-session-assistant evidence lies in assistant turns: the official average leaves them out
+    assert report["overall"]["n_scored"] == {"official": 31, "turn_all_roles": 37, "session_all_turns": 37}
     assert set(report["by_type"]) == {
         "single-session-user", "single-session-assistant", "single-session-preference",
         "multi-session", "temporal-reasoning", "knowledge-update",
@@ -101,7 +112,7 @@ def test_json_on_the_bundled_sample_matches_the_measures_computed_here() -> None
         assert report[key] == expected[key], key
     assert_same_groups(report, expected)
     # the sample plants every fact in words the question uses: BM25 finds all of it within 100 turns
-    assert report["overall"]["metrics"]["turn.recall@100"] == 1.0
+    assert report["overall"]["metrics"]["turn.recall_frac_all_roles@100"] == 1.0
     for group in [report["overall"], *report["by_type"].values()]:
         check_consistent(group)
 
@@ -110,9 +121,13 @@ def test_markdown_table_on_the_sample(capsys) -> None:
     assert main(["+design=bm25", "tracking.enabled=false", "--k", "1,10"]) == 0
     out = capsys.readouterr().out
     assert "## Retrieval: design bm25, retriever bm25" in out
-    assert "turn level" in out and "session level" in out
-    assert "| group | n | recall@1 | recall@10 | ndcg@1 | ndcg@10 |" in out
-    assert out.count("| overall | 37 |") == 2
+    assert "turn level, LongMemEval's definitions" in out and "session level, LongMemEval's definitions" in out
+    assert "turn level, lme's turn-level variants" in out and "session level, lme's session-level variants" in out
+    assert "| group | n | recall_any@1 | recall_any@10 | ndcg_any@1 | ndcg_any@10 |" in out
+    for suffix in ("all_roles", "all_turns"):
+        names = [f"{measure}_{suffix}@{k}" for measure in ("recall_frac", "ndcg") for k in (1, 10)]
+        assert "| group | n | " + " | ".join(names) + " |" in out
+    assert out.count("| overall | 37 |") == 2 and out.count("| overall | 31 |") == 2
     assert "| single-session-user |" in out
     assert "42 questions ranked; left out: 5 abstention" in out
 
@@ -120,12 +135,14 @@ def test_markdown_table_on_the_sample(capsys) -> None:
 def test_markdown_tables_show_a_dash_where_a_group_has_no_evidence() -> None:
     from lme.retrieval.metrics import GroupScores, RetrievalReport
 
-    empty = GroupScores(name="single-session-assistant", n_questions=1, n_scored={"turn": 0, "session": 1},
-                        values={"session.recall@1": 1.0, "session.ndcg@1": 1.0})
-    report = RetrievalReport(ks=(1,), n_questions=1, n_abstention=0, n_no_evidence={"turn": 1, "session": 0},
+    empty = GroupScores(name="single-session-assistant", n_questions=1,
+                        n_scored={"official": 0, "turn_all_roles": 0, "session_all_turns": 1},
+                        values={"session.recall_frac_all_turns@1": 1.0, "session.ndcg_all_turns@1": 1.0})
+    report = RetrievalReport(ks=(1,), n_questions=1, n_abstention=0,
+                             n_no_evidence={"official": 1, "turn_all_roles": 1, "session_all_turns": 0},
                              overall=empty, by_type=(empty,))
     text = markdown_tables(report)
-    assert "| single-session-assistant | 0 | - | - |" in text
+    assert text.count("| single-session-assistant | 0 | - | - |") == 6  # official at 2 levels (x2 rows), lme turn
     assert "| single-session-assistant | 1 | 1.000 | 1.000 |" in text
 
 
@@ -140,14 +157,22 @@ def test_json_on_the_real_mini_file() -> None:
     for group in [report["overall"], *report["by_type"].values()]:
         check_consistent(group)
 
-    # the official convention: single-session-assistant evidence lies in assistant turns, so those
-    # questions have no user evidence turn and drop out of the turn level
+    # the official names hold the official measures: single-session-assistant evidence lies in assistant turns,
+    # so the official average leaves those questions out
+    assert report["by_type"]["single-session-assistant"]["n_scored"]["official"] == 0
+    assert report["n_no_evidence"]["official"] >= 2
+    for name in ("turn.recall_any@10", "turn.recall_all@10", "turn.ndcg_any@10", "session.recall_any@1",
+                 "session.recall_all@50", "session.ndcg_any@10", "session.recall_any_all_turns@1"):
+        assert name in report["overall"]["metrics"], name
+
+    # --user-turns-only restricts the ranking; the names and definitions stay
     user = run_cli("+design=bm25", f"dataset.path={MINI}", "--json", "tracking.enabled=false", "--user-turns-only")
     assert user.returncode == 0, user.stderr
     user_report = json.loads(user.stdout)
     assert user_report["user_turns_only"] is True
-    assert user_report["by_type"]["single-session-assistant"]["n_scored"]["turn"] == 0
-    assert user_report["n_no_evidence"]["turn"] >= 2
+    assert user_report["overall"]["n_scored"] == report["overall"]["n_scored"]
+    # the assistant's evidence turns are never ranked: single-session-assistant finds none of them
+    assert user_report["by_type"]["single-session-assistant"]["metrics"]["turn.recall_any_all_roles@100"] == 0.0
     assert_same_groups(user_report, expected_report(MINI, user_turns_only=True))
 
 
@@ -170,7 +195,7 @@ def test_hybrid_design_with_a_local_second_retriever(capsys) -> None:
     report = json.loads(capsys.readouterr().out)
     assert (report["design"], report["retriever"]) == ("hybrid", "hybrid")
     # every turn is in the reverse list and the sample's histories are short: all evidence within the top 100
-    assert report["overall"]["metrics"]["turn.recall@100"] == 1.0
+    assert report["overall"]["metrics"]["turn.recall_frac_all_roles@100"] == 1.0
     for group in [report["overall"], *report["by_type"].values()]:
         check_consistent(group)
 
@@ -198,13 +223,17 @@ def test_mlflow_run_holds_the_metrics_params_and_artifacts(tmp_path) -> None:
     assert run.data.params["retrieval.ks"] == "1,5,10,50,100"
     assert len(run.data.params["dataset.sha256"]) == 64
     metrics = run.data.metrics
+    overall = report["overall"]["metrics"]
     for k in KS:
-        assert metrics[f"turn.recall_at_{k}"] == pytest.approx(report["overall"]["metrics"][f"turn.recall@{k}"])
-        assert metrics[f"session.ndcg_at_{k}"] == pytest.approx(report["overall"]["metrics"][f"session.ndcg@{k}"])
-    assert metrics["turn.recall_at_10.multi-session"] == pytest.approx(
-        report["by_type"]["multi-session"]["metrics"]["turn.recall@10"]
+        for name in ("turn.recall_frac_all_roles", "session.ndcg_all_turns", "session.recall_any", "turn.ndcg_any"):
+            assert metrics[f"{name}_at_{k}"] == pytest.approx(overall[f"{name}@{k}"]), name
+    assert metrics["turn.recall_frac_all_roles_at_10.multi-session"] == pytest.approx(
+        report["by_type"]["multi-session"]["metrics"]["turn.recall_frac_all_roles@10"]
     )
-    assert metrics["n_questions"] == 42 and metrics["n_abstention"] == 5
+    assert metrics["turn.ndcg_any_at_10.multi-session"] == pytest.approx(
+        report["by_type"]["multi-session"]["metrics"]["turn.ndcg_any@10"])
+    assert metrics["n_questions"] == 42 and metrics["n_abstention"] == 5 and metrics["official.n_scored"] == 31
+    assert not any(name.startswith("official.") and "_at_" in name for name in metrics)
     artifacts = {artifact.path for artifact in client.list_artifacts(run_id)}
     assert artifacts == {"retrieval.json", "retrieval_per_question.jsonl"}
     local = client.download_artifacts(run_id, "retrieval_per_question.jsonl", str(tmp_path))
@@ -213,20 +242,29 @@ def test_mlflow_run_holds_the_metrics_params_and_artifacts(tmp_path) -> None:
 
 
 @needs(MINI)
-def test_user_turns_only_adds_longmemeval_s_own_measures_on_the_mini_file(capsys) -> None:
-    """The official measures of the command equal those computed here from full user-turn rankings."""
+@pytest.mark.parametrize("user_turns_only", [False, True])
+def test_the_official_names_hold_longmemeval_s_own_measures_on_the_mini_file(capsys, user_turns_only) -> None:
+    """The official measures of the command, with or without --user-turns-only, equal those computed here with
+    lme.retrieval.official from the same rankings (its user turns)."""
     from lme.retrieval.metrics import user_turns_view
-    from lme.retrieval.official import official_scores, official_summary
+    from lme.retrieval.metrics import scope_of
+    from lme.retrieval.official import official_name, official_scores, official_summary
 
+    flag = ["--user-turns-only"] if user_turns_only else []
     assert main(["+design=bm25", "retriever=fts5", f"dataset.path={MINI}", "tracking.enabled=false", "--json",
-                 "--user-turns-only", "--k", "1,10"]) == 0
-    official = json.loads(capsys.readouterr().out)["official"]
+                 "--k", "1,10", *flag]) == 0
+    report = json.loads(capsys.readouterr().out)
     questions = load_questions(MINI)
     retriever = FTS5Retriever()
-    per_question = [official_scores(q, retriever.rank(user_turns_view(q), 10_000).turn_ids, (1, 3, 5, 10, 30, 50))
-                    for q in questions]
+    ks = (1, 3, 5, 10, 30, 50)
+    views = [user_turns_view(q) if user_turns_only else q for q in questions]
+    per_question = [official_scores(q, retriever.rank(view, 10_000).turn_ids, ks) for q, view in zip(questions, views)]
     expected = official_summary(questions, per_question)
-    assert official["n_scored"] == expected.n_scored and official["ignored_abstention"] == expected.ignored_abstention
-    assert official["n_scored"] + official["ignored_abstention"] + official["ignored_no_target"] == len(questions)
-    assert official["metrics"] == pytest.approx(dict(expected.values))
-    assert "official.session.recall_any@50" in official["metrics"]
+    assert report["official_ks"] == list(ks)
+    assert report["overall"]["n_scored"]["official"] == expected.n_scored
+    assert report["n_abstention"] == expected.ignored_abstention
+    assert report["n_no_evidence"]["official"] == expected.ignored_no_target
+    official = {name: value for name, value in report["overall"]["metrics"].items()
+                if scope_of(name) == "official"}
+    assert official == pytest.approx(dict(expected.values))
+    assert official_name("session", "recall_any", 50) == "session.recall_any@50" and "session.recall_any@50" in official
