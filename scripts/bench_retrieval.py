@@ -2,10 +2,11 @@
 
     python scripts/bench_retrieval.py [--data FILE] [--limit N] [--embed-texts N] [--lucene]
 
-- FTS5 BM25 (lme): index + query time per question, any-evidence recall@10;
+- FTS5 BM25 (lme): index + query time per question, `turn.recall_any_all_roles@10` (lme's variant: a turn marked
+  `has_answer`, of any role, among the first 10 of every turn ranked; docs/retrieval.md, "Measures");
 - the LongMemEval repository's own BM25 approach (rank_bm25 BM25Okapi over `split(" ")`), here over
   every turn (the corpus FTS5 indexes; LongMemEval indexes user turns only), on the same questions:
-  time per question and recall@10;
+  time per question and the same measure;
 - Lucene BM25 (lme, pyserini; with --lucene): index + query per question, then query on built indexes;
 - embedding: lme's cached path vs `SentenceTransformer.encode` directly on the same distinct texts
   (overhead in %), and the second run through the cache (speed-up): `scripts/bench_embedding.py`.
@@ -35,7 +36,11 @@ DEFAULT_DATA = ROOT.parent / "shared" / "data" / "longmemeval" / "longmemeval_s_
 
 
 def recall_any(ranked: list[str], evidence: set[str], k: int) -> float:
+    """lme's `recall_any_all_roles@k` of one question (evidence: its `has_answer` turns, any role)."""
     return 1.0 if evidence & set(ranked[:k]) else 0.0
+
+
+MEASURE = "turn.recall_any_all_roles@10"
 
 
 def bench_fts5(questions) -> tuple[float, float]:
@@ -94,14 +99,14 @@ def main() -> int:
     rows = [("load + validate", f"{load_s:.1f} s for the file", "")]
     fts_s, fts_r = bench_fts5(answerable)
     bm_s, bm_r = bench_rank_bm25(answerable)
-    rows.append(("FTS5 BM25 (lme), index + query", f"{fts_s * 1000:.1f} ms/question, recall_any@10 {fts_r:.3f}",
+    rows.append(("FTS5 BM25 (lme), index + query", f"{fts_s * 1000:.1f} ms/question, {MEASURE} {fts_r:.3f}",
                  f"rank_bm25 BM25Okapi split(' ') (LongMemEval's): {bm_s * 1000:.1f} ms/question, "
-                 f"recall_any@10 {bm_r:.3f}; ratio {bm_s / fts_s:.1f}x"))
+                 f"{MEASURE} {bm_r:.3f}; ratio {bm_s / fts_s:.1f}x"))
     with tempfile.TemporaryDirectory() as tmp:
         if args.lucene:
             cold, warm, rec = bench_lucene(answerable, Path(tmp) / "lucene")
             rows.append(("Lucene BM25 (lme)", f"{cold * 1000:.1f} ms/question index + query, {warm * 1000:.1f} ms "
-                         f"query on a built index, recall_any@10 {rec:.3f}", f"FTS5: {fts_s * 1000:.1f} ms/question"))
+                         f"query on a built index, {MEASURE} {rec:.3f}", f"FTS5: {fts_s * 1000:.1f} ms/question"))
     if args.embed_texts:
         from bench_embedding import rows as embedding_rows
 
