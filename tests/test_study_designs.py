@@ -33,7 +33,7 @@ from lme.models.offline import JUDGE_MODEL, READER_MODEL
 from lme.retrieval.fts5 import FTS5Retriever
 from lme.answer.run import QuestionRecord, answer_question
 from judging import OFFLINE_TEMPLATES
-from shared_data import MINI, available, needs
+from shared_data import MINI, S_FILE, available, needs
 from shared_data import STUDY_INSTRUCTIONS as STUDY_FILE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,16 +70,30 @@ EXPECTED = {
     "11_current_state_whole_sessions": ("hybrid", USER_LOG, FIRST, (ADVICE, DECLINE, DECLINE, STATE_WHOLE), (),
                                         None, None),
     "12_recall": ("hybrid", USER_LOG, FIRST, (ADVICE, DECLINE, DECLINE, RECALL), (), None, None),
-    "14_current_state_first_pass": ("hybrid", USER_LOG, FIRST, (ADVICE, DECLINE, DECLINE, RECALL, STATE_FIRST_PASS),
+    "14_current_state_first_pass": ("hybrid", USER_LOG, FIRST,
+                                    (ADVICE, DECLINE, DECLINE, RECALL, STATE_FIRST_PASS),
                                     (), None, None),
     "dev_bm25_96kb": ("bm25", RETRIEVED, (), (), (), None, None),
     "dev_semantic_96kb": ("semantic", RETRIEVED, (), (), (), None, None),
     "dev_bm25_resolved_dates": ("bm25", RETRIEVED, (), (), (), None, None),
     "dev_user_log_bm25": ("bm25", USER_LOG, ("user_log", "calibration"), (), (), None, None),
     "dev_user_log_fused_answer_format": ("hybrid", USER_LOG, FIRST, (), (), None, None),
+    "dev_current_state": ("hybrid", USER_LOG, FIRST, (STATE_FIRST_PASS,), (), None, None),
     "full_history": ("bm25", FULL, (), (), (), None, None),
 }
 OTHERS = {"13_ledger_replace", "15_ledger_append", "dev_notes_bm25"}  # helper B's (model-built memory)
+
+# The development runs (the write-up's "Development path", on the 100 development questions): each file's leading
+# comment gives the write-up's figure (questions correct in two or three runs, of 100), or says it is not published.
+DEV_FIGURES = {
+    "dev_bm25_96kb": "87 of 100",
+    "dev_semantic_96kb": "91 of 100",
+    "dev_bm25_resolved_dates": "87 of 100",
+    "dev_notes_bm25": "90 and 91 of 100",
+    "dev_user_log_bm25": "94 of 100",
+    "dev_user_log_fused_answer_format": "95 of 100",
+    "dev_current_state": "not published",
+}
 
 
 def design(name: str, *overrides: str):
@@ -141,9 +155,37 @@ def test_designs_2_and_12_are_the_shipped_first_pass_and_pipeline(study, shipped
     def without_name(built):
         canonical = canonical_design(plain(built.config))
         canonical.pop("design_name")
+        if "rules" in canonical:  # the steps as run: `decline` and `{rule: decline, view: <its own view>}` are one
+            canonical["rules"]["order"] = [[step.rule.name, step.rule.view] for step in built.instructions.rules]
         return canonical
 
     assert without_name(design(study)) == without_name(compose_design([f"+design={shipped}"], check=True))
+
+
+def test_each_development_run_is_a_file_whose_leading_comment_gives_the_write_ups_figure():
+    files = {path.stem for path in (CONF_DIR / "design" / "study").glob("dev_*.yaml")}
+    assert files == set(DEV_FIGURES)
+    for name, figure in DEV_FIGURES.items():
+        text = (CONF_DIR / "design" / "study" / f"{name}.yaml").read_text(encoding="utf-8")
+        comment = " ".join(line.removeprefix("# ") for line in text.split("\ndefaults:", 1)[0].splitlines()[1:])
+        assert f"Write-up's figure: {figure}" in comment or f"Write-up's figures: {figure}" in comment, name
+
+
+def test_the_place_name_design_reads_lmes_own_current_state_paragraph_with_the_value_removed():
+    built = design("dev_current_state")
+    paragraph = (CONF_DIR / "instructions" / "study_dev" / "current_state.txt").read_text(encoding="utf-8")[:-1]
+    assert built.instructions.paragraphs["current_state"] == paragraph
+    assert built.instructions.texts["current_state"] == built.instructions.compose([*FIRST, "current_state"])
+    # its own file, not the one designs 8, 9 and 14 read
+    assert paragraph != design("14_current_state_first_pass").instructions.paragraphs["current_state"]
+
+
+@needs(S_FILE)
+def test_the_place_name_designs_paragraph_holds_no_reference_answer_of_s():
+    from lme.provenance.audit import Text, find_hits
+
+    paragraph = (CONF_DIR / "instructions" / "study_dev" / "current_state.txt").read_text(encoding="utf-8")
+    assert find_hits([Text("current_state", paragraph)], load_questions(S_FILE)) == []
 
 
 def test_the_bm25_memory_with_resolved_date_lines_is_the_bm25_memory_with_them():
