@@ -8,8 +8,14 @@ A rule is configuration (`rules.definitions.NAME` in the `rules` config group):
     view: first_pass | whole_sessions   the memory the re-read gets
     paragraphs: [name, ...]    the re-read's instruction: base + these paragraphs
 
-`rules.order` lists rule names in the order they run; a name may repeat (the
-reference pipeline runs `decline` twice).
+`rules.order` lists the steps in the order they run. A step is a rule's name, or
+a mapping `{rule: NAME, view: VIEW}` that runs that rule over another view than
+its definition's (the step's name, instruction and trigger stay the rule's); a
+name may repeat (the reference pipeline runs `decline` twice, and the study's
+design runs read their first decline over an earlier view:
+`[advice, {rule: decline, view: whole_sessions_no_content_words}, decline]`).
+The views a step may name are `first_pass`, the `view` group's view and those the
+design adds under `views` (`lme.config.design`).
 
 `rules.routes` (optional) lists rule names that route the first pass instead of
 re-reading: the first of them whose trigger fires on the question text chooses
@@ -34,7 +40,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lme.util.errors import LmeError
@@ -44,6 +50,7 @@ FIRST_PASS_VIEW = "first_pass"  # the view that is the first pass's own memory
 RESERVED_NAMES = frozenset({"first_pass", "arbiter"})  # step names lme gives the first read and the arbiter
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 RULE_KEYS = frozenset({"on", "patterns", "exclude", "view", "paragraphs"})
+STEP_KEYS = frozenset({"rule", "view"})  # an entry of `rules.order` written as a mapping
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "`": "'", "\u00b4": "'"})
 _SPACE = re.compile(r"\s+")
 
@@ -154,22 +161,56 @@ def parse_rule(name: str, definition: Any, paragraphs: Collection[str], views: C
 def parse_rules(
     rules: Mapping[str, Any] | None, paragraphs: Collection[str], views: Collection[str]
 ) -> tuple[Rule, ...]:
-    """The `rules` node -> the rules in `order` (a name may repeat); every definition is checked,
-    including those `order` does not use."""
+    """The `rules` node -> the rules in `order` (a name may repeat), each over the view its step names, else
+    its definition's; every definition is checked, including those `order` does not use."""
     if not rules:
         return ()
-    order = _strings(rules.get("order"), "rules.order")
+    order = parse_order(rules.get("order"))
     definitions = rules.get("definitions") or {}
     if not isinstance(definitions, Mapping):
         raise LmeError("rules.definitions: expected a mapping from rule name to rule.")
     parsed = {name: parse_rule(str(name), node, paragraphs, views) for name, node in definitions.items()}
-    for index, name in enumerate(order):
+    steps = []
+    for index, (name, view) in enumerate(order):
         if name not in parsed:
             raise LmeError(
                 f"rules.order[{index}]: rule {name!r} is not defined in rules.definitions "
                 f"(defined: {', '.join(parsed) or 'none'})."
             )
-    return tuple(parsed[name] for name in order)
+        if view is not None and view not in views:
+            raise LmeError(f"rules.order[{index}].view: {view!r} is not a view (known: {', '.join(views)}).")
+        rule = parsed[name]
+        steps.append(rule if view is None or view == rule.view else replace(rule, view=view))
+    return tuple(steps)
+
+
+def parse_order(value: Any) -> tuple[tuple[str, str | None], ...]:
+    """`rules.order` -> (rule name, the view the step names or None) per step; a step is a rule's name or a
+    mapping `{rule: NAME, view: VIEW}` (`view` optional)."""
+    where = "rules.order"
+    if value is None:
+        return ()
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise LmeError(f"{where}: expected a list of steps, found {type(value).__name__}.")
+    steps: list[tuple[str, str | None]] = []
+    for index, item in enumerate(value):
+        if isinstance(item, str) and item:
+            steps.append((item, None))
+            continue
+        if not isinstance(item, Mapping):
+            raise LmeError(f"{where}[{index}]: expected a rule name or a mapping {{rule: NAME, view: VIEW}}, "
+                           f"found {item!r}.")
+        unknown = sorted(str(key) for key in item if key not in STEP_KEYS)
+        if unknown:
+            raise LmeError(f"{where}[{index}]: unknown key {unknown[0]!r} (a step names its rule and, "
+                           f"optionally, its view: {', '.join(sorted(STEP_KEYS))}).")
+        name, view = item.get("rule"), item.get("view")
+        if not isinstance(name, str) or not name:
+            raise LmeError(f"{where}[{index}].rule: expected a rule name, found {name!r}.")
+        if view is not None and (not isinstance(view, str) or not view):
+            raise LmeError(f"{where}[{index}].view: expected a view name, found {view!r}.")
+        steps.append((name, view))
+    return tuple(steps)
 
 
 def parse_routes(

@@ -38,7 +38,7 @@ The rules, by key (`*.x` means a key named `x` anywhere):
 | `verbose`, `progress`, `dataset.stream`, `tracking.enabled`, `judge.official` | true or false |
 | `split_missing`, `memory.overflow_policy`, `memory.layout`, `reader.instruction_role`, `reader.payload`, `judge.verdict`, `*.device`, `*.backend` | one of their options |
 | `question_ids` / `question_types` | null, one, or a list (ids as strings; known types) |
-| names, models, `tracking.experiment`, `budget.study`, `instructions.base` | a non-empty string |
+| names (`views.*.name`, a `rules.order` step's `rule` and `view`), models, `tracking.experiment`, `budget.study`, `instructions.base` | a non-empty string |
 | `tracking.traces` | full, metadata or off |
 | every string anywhere | text that can be written as UTF-8 (no lone surrogate) |
 
@@ -502,7 +502,8 @@ def _rules(cfg: DictConfig) -> list[tuple[re.Pattern[str], Check]]:
         (r"retriever(?:\..+)?\.(?:query_prompt|document_prompt)", text(nonempty=False)),
         (r"embedding\.model", text()),
         (r"embedding\.(?:query_prompt|document_prompt)", text(nonempty=False)),
-        (r"(?:memory|view)\.name", text()),
+        (r"(?:memory|view|views\.\w+)\.name", text()),
+        (r"rules\.order\[\d+\]\.(?:rule|view)", text()),  # a step that names its view
         (r"instructions\.base", text()),
         (r"instructions\.source", existing_not_special),
         (r"arbiter\.view", text()),

@@ -235,6 +235,7 @@ class Design:
     progress: bool | str
     prereg: str | None  # the preregistration record a job is checked against
     launch: Launch = Launch()
+    views: Mapping[str, Component] = field(default_factory=lambda: MappingProxyType({}))  # `views`: more, by name
     choices: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # group -> chosen option
     changed: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))  # key -> value unlike its file
     description: str = ""  # the design file's leading comment (`design_description`): its MLflow runs' description
@@ -247,19 +248,29 @@ class Design:
     def build_memory(self, retriever: Any) -> Any:
         return self.memory.build(retriever=retriever)
 
-    def build_view(self, retriever: Any) -> Any:
+    def build_view(self, retriever: Any, name: str | None = None) -> Any:
+        """The memory builder of the view named `name` (None: the `view` group's)."""
+        return self.view_component(name).build(retriever=retriever)
+
+    def view_component(self, name: str | None = None) -> Component:
+        """The config node of the view named `name`: one the design adds under `views`, else (None or its name)
+        the `view` group's."""
+        if name is not None and name in self.views:
+            return self.views[name]
         if self.view is None:
             raise LmeError("view: this design has no `view` group, so no rule or arbiter can read one.")
-        return self.view.build(retriever=retriever)
+        if name is not None and name != self.view.name:
+            raise LmeError(f"view {name!r}: not a view of this design (known: {', '.join(self.known_views())}).")
+        return self.view
 
     def build_views(self, retriever: Any) -> dict[str, Any]:
-        """The memory builder of every view a rule reads, other than the first-pass memory."""
+        """The memory builder of every view a step reads, other than the first-pass memory, by name."""
         needed = {step.rule.view for step in self.instructions.rules} - {FIRST_PASS_VIEW}
-        return {name: self.build_view(retriever) for name in needed}  # known_views allows only the view group's
+        return {name: self.build_view(retriever, name) for name in sorted(needed)}
 
     def known_views(self) -> list[str]:
-        """The views a rule may name: the first-pass memory and the `view` group's view."""
-        return known_views(self.view)
+        """The views a step may name: the first-pass memory, the `view` group's view and those under `views`."""
+        return known_views(self.view, self.views)
 
     def params(self) -> dict[str, str]:
         """MLflow params: what defines the design, tens not hundreds (the whole config is an artifact): its
@@ -283,8 +294,35 @@ class Design:
         }
 
 
-def known_views(view: Component | None) -> list[str]:
-    return [FIRST_PASS_VIEW, *([view.name] if view is not None and view.node.get("name") else [])]
+def known_views(view: Component | None, views: Mapping[str, Component] | None = None) -> list[str]:
+    """The views a step may name: the first-pass memory, the `view` group's view (when it has a name) and the
+    design's further views (`views`)."""
+    return [FIRST_PASS_VIEW, *([view.name] if view is not None and view.node.get("name") else []), *(views or {})]
+
+
+def more_views(node: Any, view: Component | None) -> dict[str, Component]:
+    """The design's further views (`views`: name -> a view node, e.g. placed by a design's defaults list as
+    `- /view@views.whole_sessions_no_content_words: whole_sessions_no_content_words`), each named by its key;
+    absent or null: none. A view whose `name` differs from its key, or whose key is another view's, is refused."""
+    if node is None:
+        return {}
+    if not isinstance(node, Mapping):
+        raise LmeError("views: expected a mapping from view name to a view node (`_target_` and its arguments).")
+    views: dict[str, Component] = {}
+    taken = known_views(view)
+    for key, value in node.items():
+        name = str(key)
+        where = f"views.{name}"
+        if not name.isidentifier() or name in taken:
+            raise LmeError(f"{where}: a view's name is a letter then letters, digits or _, and not "
+                           f"{' or '.join(taken)} (the first-pass memory and the `view` group's view).")
+        if not isinstance(value, Mapping) or not value.get("_target_"):
+            raise LmeError(f"{where}: expected a view node with a `_target_` (conf/view/*.yaml).")
+        if value.get("name") is not None and str(value["name"]) != name:
+            raise LmeError(f"{where}.name: {value['name']!r} differs from the key {name!r}; a step names the view "
+                           "by its key, and its memory notes name it by `name`: make them the same.")
+        views[name] = Component("view", frozen({**value, "name": name}))
+    return views
 
 
 # -- from the config ---------------------------------------------------------------------------------
@@ -340,8 +378,9 @@ def _design(cfg: Any, container: dict[str, Any]) -> Design:
 
     dataset, budget = node("dataset"), node("budget")
     view = Component("view", frozen(container["view"])) if isinstance(container.get("view"), Mapping) else None
+    views = more_views(container.get("views"), view)  # further views a step may name (`views`, usually none)
     source = load_instruction_source(container)  # instructions=study: the study's texts, verified, into the config
-    instructions = compose_instructions(node("instructions"), container.get("rules"), view)
+    instructions = compose_instructions(node("instructions"), container.get("rules"), view, views)
     if source is not None:
         from lme.answer.study_instructions import check_study_steps
 
@@ -350,7 +389,7 @@ def _design(cfg: Any, container: dict[str, Any]) -> Design:
         check_study_steps(source, steps, instructions.texts)
     memory = Component("memory", frozen(container.get("memory") or {}))
     arbiter = arbiter_spec(container.get("arbiter"), instructions, view)
-    check_paragraphs(instructions, memory, view, arbiter, container.get("design_name"))
+    check_paragraphs(instructions, memory, view, arbiter, container.get("design_name"), views)
     judge = node("judge")
     reader = node("reader")
     dataset_spec = DatasetSpec(
@@ -401,6 +440,7 @@ def _design(cfg: Any, container: dict[str, Any]) -> Design:
         progress=container.get("progress", True),
         prereg=str(container["prereg"]) if container.get("prereg") else None,
         launch=launch(),
+        views=MappingProxyType(views),
         choices=frozen(choices),
         changed=frozen(changed_values(cfg, container, choices, config_roots())) if choices else MappingProxyType({}),
         description=design_description(choices.get("design"), config_roots()) if choices.get("design") else "",
@@ -570,15 +610,17 @@ def load_instruction_source(container: dict[str, Any]) -> str | None:
     return str(study.path)
 
 
-def compose_instructions(instructions: Mapping[str, Any], rules: Any, view: Component | None) -> Instructions:
+def compose_instructions(instructions: Mapping[str, Any], rules: Any, view: Component | None,
+                         views: Mapping[str, Component] | None = None) -> Instructions:
     """Every step's instruction: `instructions.base` followed by its paragraphs (`instructions.first_pass`
-    for the first pass, `rules.definitions.NAME.paragraphs` for a rule), joined by single spaces."""
+    for the first pass, `rules.definitions.NAME.paragraphs` for a rule), joined by single spaces. A step
+    reads the view its `rules.order` entry names, else its rule's: one of `known_views(view, views)`."""
     base = str(instructions.get("base", ""))
     paragraphs = {str(key): str(value) for key, value in (instructions.get("paragraphs") or {}).items()}
     names = tuple(str(name) for name in instructions.get("first_pass") or [])
     first_pass = compose_instruction(base, paragraphs, names)
-    parsed = parse_rules(rules, paragraphs, known_views(view))  # type: ignore[arg-type]
-    routed = parse_routes(rules, paragraphs, known_views(view))  # type: ignore[arg-type]
+    parsed = parse_rules(rules, paragraphs, known_views(view, views))  # type: ignore[arg-type]
+    routed = parse_routes(rules, paragraphs, known_views(view, views))  # type: ignore[arg-type]
     texts = {FIRST_PASS: first_pass}
     steps, routes = [], []
     for rule in parsed:
@@ -629,13 +671,14 @@ def arbiter_spec(node: Any, instructions: Instructions, view: Component | None) 
 
 
 def check_paragraphs(instructions: Instructions, memory: Component, view: Component | None,
-                     arbiter: ArbiterSpec | None, design: Any) -> None:
+                     arbiter: ArbiterSpec | None, design: Any, views: Mapping[str, Component] | None = None) -> None:
     """Refuse a design whose instruction describes another memory than the one its step reads (the user-log
     paragraph over `memory=retrieved`): lme's own builders and the design's declare their paragraphs."""
     from lme.memory.paragraphs import LME_BUILDERS, paragraph_mismatch
 
-    targets = [*LME_BUILDERS, *(c.target for c in (memory, view) if c is not None and c.target)]
-    reads = {FIRST_PASS_VIEW: memory, **({view.name: view} if view is not None else {})}
+    more = list((views or {}).values())
+    targets = [*LME_BUILDERS, *(c.target for c in (memory, view, *more) if c is not None and c.target)]
+    reads = {FIRST_PASS_VIEW: memory, **({view.name: view} if view is not None else {}), **(views or {})}
     steps = [(FIRST_PASS, memory, instructions.first_pass_paragraphs)]
     steps += [(step.rule.name, reads.get(step.rule.view, memory), step.rule.paragraphs)
               for step in (*instructions.rules, *instructions.routes)]

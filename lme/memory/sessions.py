@@ -11,6 +11,8 @@ does not fit is skipped and the next one tried):
 2. content: the `content_sessions` sessions whose messages hold the most of the
    question's content words, scaled for session length: score = occurrences of
    the question's content words / sqrt(words in the session); highest first.
+   `content_sessions: 0` switches the step off (the study's earlier view, which
+   its design runs' first decline re-read: conf/view/whole_sessions_no_content_words.yaml).
 3. retrieval: sessions in the retriever's (fused) order of their turns.
 
 The chosen sessions are shown in date order, every message (user and
@@ -155,9 +157,10 @@ class WholeSessionView:
         if not is_same_day(question):
             ranges = question_date_ranges(question)
             propose(sessions_near_dates(sessions, ranges, self.date_window_days, self.date_sessions), "dates")
-        scores = content_scores(sessions, question.question)
-        by_score = sorted((i for i, s in enumerate(scores) if s > 0), key=lambda i: (-scores[i], i))
-        propose([i for i in by_score if i not in seen][: self.content_sessions], "content")
+        if self.content_sessions > 0:  # 0: the step is off, and the scores are not computed
+            scores = content_scores(sessions, question.question)
+            by_score = sorted((i for i, s in enumerate(scores) if s > 0), key=lambda i: (-scores[i], i))
+            propose([i for i in by_score if i not in seen][: self.content_sessions], "content")
         ranking = self.retriever.rank(question, self.top_k)
         propose((int(turn_id.split(":", 1)[0][1:]) for turn_id in ranking.turn_ids), "retrieval")
         return proposed, ranking

@@ -61,7 +61,7 @@ def reuse_memories(design: Design, data_path: Path, builder: Any, views: dict[st
         return ReusedMemory(inner, memory_digest(plain(node), *common))
 
     first = reused(design.memory.node, builder)
-    wrapped = {name: reused(design.view.node if design.view else {}, view) for name, view in views.items()}
+    wrapped = {name: reused(design.view_component(name).node, view) for name, view in views.items()}  # each its own
     keep_only({first.digest, *(view.digest for view in wrapped.values())})
     return first, wrapped
 
