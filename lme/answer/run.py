@@ -14,10 +14,14 @@ step, its model and the reason (`memory_error`, also `reader_error`), counts as 
 first pass, and is asked again on a rerun. The memory's model calls (tokens, dollars, cached or paid) are
 counted per step and per outcome (`memory`).
 
-A re-read whose request (view memory + instruction) was already sent for this
-question, as the second `decline`, carries `"attempt": n` in its payload, so it
-is a new call and not the cached answer of the first; every reader call is
-keyed by the run's seed.
+A re-read whose request (memory text + instruction) was already sent for this
+question, as the second `decline` (over the same view, or over another view whose
+memory came out the same), is a new call and not the
+cached answer of the first (`repeat_marker`): under lme's payload it carries
+`"attempt": n` in its JSON; under the study's (`reader.payload=study`) the model
+reads exactly the study's three keys on every step, and the repeat is marked in
+the call's cache key only (`lme.models.cache.call_key`'s `repeat`). Every reader
+call is keyed by the run's seed.
 
 Questions run concurrently (bounded); each `Outcome` is appended to the job's
 JSONL journal as soon as it completes, so a killed job keeps everything that
@@ -452,7 +456,7 @@ class ReadEvent:
     view: str
     messages: list[dict[str, Any]]
     call: CallResult
-    attempt: int  # 1, or the `attempt` the payload carries when a request repeats
+    attempt: int  # 1, or n for the n-th identical read (`repeat_marker`: in the payload or the cache key)
     start_ns: int
     end_ns: int
 
@@ -559,7 +563,7 @@ class _Asking:
     record: QuestionRecord | None
     memories: dict[str, Memory] = field(default_factory=dict)
     verdicts: dict[str | None, Verdict] = field(default_factory=dict)
-    sent: Counter[tuple[str, str]] = field(default_factory=Counter)
+    sent: Counter[tuple[str, str]] = field(default_factory=Counter)  # (memory text, instruction) -> reads
 
 
 async def _memory_for(asking: _Asking, view: str) -> tuple[Memory, CallStats]:
@@ -581,17 +585,29 @@ async def _read(asking: _Asking, step: str, view: str, text: str) -> tuple[CallR
     call (an empty answer counted as failed) and what building the memory cost."""
     memory, memory_stats = await _memory_for(asking, view)
     reader = asking.reader
-    asking.sent[(view, text)] += 1
-    attempt = asking.sent[(view, text)]
-    messages = build_reader_messages(
-        text, asking.question, memory, reader.instruction_role,
-        extra={"attempt": attempt} if attempt > 1 else None, payload=reader.payload,
-    )
+    asking.sent[(memory.text, text)] += 1  # the same request, whatever view gave its memory (two views can agree)
+    attempt = asking.sent[(memory.text, text)]
+    extra, repeat = repeat_marker(reader.payload, attempt)
+    messages = build_reader_messages(text, asking.question, memory, reader.instruction_role, extra=extra,
+                                     payload=reader.payload)
     begun = time.time_ns()
-    call = empty_as_failed(await asking.gateway.complete(reader.model, messages, seed=asking.seed))
+    call = empty_as_failed(await asking.gateway.complete(reader.model, messages, seed=asking.seed, repeat=repeat))
     if asking.record is not None:
         asking.record.reads.append(ReadEvent(step, view, messages, call, attempt, begun, time.time_ns()))
     return call, memory_stats
+
+
+def repeat_marker(payload: str, attempt: int) -> tuple[dict[str, int] | None, int | None]:
+    """How the `attempt`-th identical read of a question (1, 2, ...) is kept apart from the earlier ones: (the
+    payload's extra keys, the cache key's `repeat`). A first read: neither. lme's payload: `{"attempt": n}` in
+    the JSON the model reads (lme's own form; the key that kept repeats apart before the study's form existed).
+    The study's payload (`study`): nothing the model reads, since the study sent `question`, `questionDate`,
+    `memory` and nothing else on every step; the repeat lives in the call's cache key."""
+    if attempt <= 1:
+        return None, None
+    if payload == "study":
+        return None, attempt
+    return {"attempt": attempt}, None
 
 
 async def _verdict_on(asking: _Asking, answer: str | None, step: str) -> tuple[Verdict | None, CallStats]:

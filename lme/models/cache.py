@@ -48,15 +48,22 @@ CALL_CACHE = StoreKind(
 )
 
 
-def call_key(model: str, messages: list[dict[str, Any]], params: dict[str, Any], seed: int | None) -> str:
+def call_key(model: str, messages: list[dict[str, Any]], params: dict[str, Any], seed: int | None,
+             repeat: int | None = None) -> str:
     """Content address of one request; `seed` is None for calls shared across seeds.
 
     The SHA-256 of `{"messages":...,"model":...,"params":...,"seed":...}` (keys sorted at every level, compact,
-    non-ASCII kept). The digest of its messages part is remembered for long prompts (`_MESSAGES`): each seed
+    non-ASCII kept). `repeat` (2, 3, ...) keeps apart a request its caller sends again on purpose with the
+    same messages (the study's second decline re-read of an unchanged answer, whose payload has no room for a
+    marker): it adds `"repeat":n` after `seed`; None (every other call) leaves the key as it always was.
+    The digest of its messages part is remembered for long prompts (`_MESSAGES`): each seed
     of a study sends the same ~100 KB reader prompt, and writing it out as JSON to hash it took half a
     millisecond on the event loop every time."""
     digest = _messages_digest(messages).copy()
-    rest = _compact({"model": model, "params": params, "seed": seed})
+    fields: dict[str, Any] = {"model": model, "params": params, "seed": seed}
+    if repeat is not None:
+        fields["repeat"] = repeat
+    rest = _compact(fields)
     digest.update(("," + rest[1:]).encode("utf-8"))  # the keys after "messages", in sorted order
     return digest.hexdigest()
 

@@ -542,8 +542,10 @@ class Gateway:
             self._limits[spec.model] = RateLimits(spec.requests_per_minute, spec.tokens_per_minute)
         return self._limits[spec.model]
 
-    async def complete(self, spec: ModelSpec, messages: list[dict[str, Any]], seed: int | None) -> CallResult:
-        """One chat completion; identical concurrent requests share one call.
+    async def complete(self, spec: ModelSpec, messages: list[dict[str, Any]], seed: int | None,
+                       repeat: int | None = None) -> CallResult:
+        """One chat completion; identical concurrent requests share one call. `repeat` (2, 3, ...): the same
+        request sent again on purpose, a new call under its own cache key (`call_key`), never in the messages.
 
         Raises `SystemicFailure` once any call has failed in a way no retry can fix, and
         `ReservationExceeded` for a paid request once a reply cost more than its reservation under a dollar
@@ -553,7 +555,7 @@ class Gateway:
         # An offline stand-in is sent the seed too (it draws with it at a temperature above 0); a provider's
         # model is not: the seed keys its call cache only.
         chat = _Chat(messages, seed if spec.is_offline else None)
-        return await self._request(spec, call_key(spec.model, messages, spec.params, seed), chat)
+        return await self._request(spec, call_key(spec.model, messages, spec.params, seed, repeat), chat)
 
     async def embed(self, spec: ModelSpec, inputs: list[str]) -> EmbeddingResult:
         """One embedding request for `inputs` (texts, prompts already applied): the vectors as the provider
