@@ -46,6 +46,8 @@ FULL = "lme.memory.full_history.FullHistoryMemoryBuilder"
 FIRST = ("user_log", "calibration", "answer_format")
 ADVICE = ("advice", "first_pass", ("user_log", "answer_format", "advice"))
 DECLINE = ("decline", "whole_sessions", ("whole_sessions", "answer_format"))
+# the design runs' first decline: the earlier whole-session view, without the content-word step
+EARLIER_DECLINE = ("decline", "whole_sessions_no_content_words", ("whole_sessions", "answer_format"))
 RECALL = ("recall", "whole_sessions", ("whole_sessions", "answer_format", "recall"))
 COUNTING = ("counting", "first_pass", ("user_log", "calibration", "counting"))
 STATE_FIRST_PASS = ("current_state", "first_pass", (*FIRST, "current_state"))
@@ -58,20 +60,21 @@ ROUTES = (("advice", ADVICE[2]), ("current_state", STATE_FIRST_PASS[2]))
 EXPECTED = {
     "01_user_log_bm25": ("bm25", USER_LOG, FIRST, (), (), None, None),
     "02_user_log_fused": ("hybrid", USER_LOG, FIRST, (), (), None, None),
-    "03_decline": ("hybrid", USER_LOG, FIRST, (DECLINE,), (), None, None),
+    "03_decline": ("hybrid", USER_LOG, FIRST, (EARLIER_DECLINE,), (), None, None),
     "04_advice": ("hybrid", USER_LOG, FIRST, (ADVICE,), (), None, None),
-    "05_advice_decline": ("hybrid", USER_LOG, FIRST, (ADVICE, DECLINE), (), None, None),
-    "06_counting": ("hybrid", USER_LOG, FIRST, (ADVICE, DECLINE, COUNTING), (), None, None),
-    "07_arbiter": ("hybrid", USER_LOG, FIRST, (ADVICE, DECLINE), (),
+    "05_advice_decline": ("hybrid", USER_LOG, FIRST, (ADVICE, EARLIER_DECLINE), (), None, None),
+    "06_counting": ("hybrid", USER_LOG, FIRST, (ADVICE, EARLIER_DECLINE, COUNTING), (), None, None),
+    "07_arbiter": ("hybrid", USER_LOG, FIRST, (ADVICE, EARLIER_DECLINE), (),
                    ("first_pass", (*FIRST, "arbiter")), None),
     "08_routed": ("hybrid", USER_LOG, FIRST, (), ROUTES, None, None),
-    "09_routed_decline": ("hybrid", USER_LOG, FIRST, (DECLINE,), ROUTES, None, None),
-    "10_second_decline": ("hybrid", USER_LOG, FIRST, (ADVICE, DECLINE, DECLINE), (), None, None),
-    "11_current_state_whole_sessions": ("hybrid", USER_LOG, FIRST, (ADVICE, DECLINE, DECLINE, STATE_WHOLE), (),
+    "09_routed_decline": ("hybrid", USER_LOG, FIRST, (EARLIER_DECLINE,), ROUTES, None, None),
+    "10_second_decline": ("hybrid", USER_LOG, FIRST, (ADVICE, EARLIER_DECLINE, DECLINE), (), None, None),
+    "11_current_state_whole_sessions": ("hybrid", USER_LOG, FIRST, (ADVICE, EARLIER_DECLINE, DECLINE, STATE_WHOLE), (),
                                         None, None),
-    "12_recall": ("hybrid", USER_LOG, FIRST, (ADVICE, DECLINE, DECLINE, RECALL), (), None, None),
+    "12_recall": ("hybrid", USER_LOG, FIRST, (ADVICE, EARLIER_DECLINE, DECLINE, RECALL), (), None, None),
+    "confirmation": ("hybrid", USER_LOG, FIRST, (ADVICE, DECLINE, DECLINE, RECALL), (), None, None),
     "14_current_state_first_pass": ("hybrid", USER_LOG, FIRST,
-                                    (ADVICE, DECLINE, DECLINE, RECALL, STATE_FIRST_PASS),
+                                    (ADVICE, EARLIER_DECLINE, DECLINE, RECALL, STATE_FIRST_PASS),
                                     (), None, None),
     "dev_bm25_96kb": ("bm25", RETRIEVED, (), (), (), None, None),
     "dev_semantic_96kb": ("semantic", RETRIEVED, (), (), (), None, None),
@@ -126,7 +129,7 @@ def test_each_study_design_has_the_steps_its_number_says(name):
 def test_design_3_adds_exactly_the_decline_rule_after_the_first_pass():
     rules = design("03_decline").instructions.rules
     assert [step.rule.name for step in rules] == ["decline"]
-    assert rules[0].rule.on == "answer" and rules[0].rule.view == "whole_sessions"
+    assert rules[0].rule.on == "answer" and rules[0].rule.view == "whole_sessions_no_content_words"
 
 
 def test_design_11_re_reads_current_state_over_whole_sessions_with_the_decline_instruction():
@@ -149,9 +152,9 @@ def test_user_log_with_bm25_replies_reads_the_bm25_top_100_list():
     assert design("02_user_log_fused").memory.node["top_k"] == 200  # the merge of two top-100 lists
 
 
-@pytest.mark.parametrize(("study", "shipped"), [("02_user_log_fused", "first_pass"), ("12_recall", "pipeline"),
+@pytest.mark.parametrize(("study", "shipped"), [("02_user_log_fused", "first_pass"), ("confirmation", "pipeline"),
                                                 ("full_history", "full_history")])
-def test_designs_2_and_12_are_the_shipped_first_pass_and_pipeline(study, shipped):
+def test_design_2_and_the_confirmation_run_are_the_shipped_first_pass_and_pipeline(study, shipped):
     def without_name(built):
         canonical = canonical_design(plain(built.config))
         canonical.pop("design_name")
@@ -210,6 +213,27 @@ def test_every_command_of_the_study_pages_tables_composes_as_written():
                 continue
             args.append(f"instructions.source={STUDY_FILE}")
         compose_design(args, check=True)
+
+
+# The write-up's headline table: design, mean of three runs, questions correct in two or three runs, reader cost per
+# answer (the first pass has none of its own: it is the confirmation run before its re-reads).
+HEADLINE = [("confirmation", "93.07%", "474", "$0.0108"), ("02_user_log_fused", "91.20%", "458", ""),
+            ("dev_semantic_96kb", "88.87%", "445", "$0.0049"), ("dev_bm25_96kb", "86.13%", "431", "$0.0051")]
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/reference-study.md"])
+def test_the_write_ups_headline_table_is_on_the_page_with_the_command_of_each_row(page):
+    text = (ROOT / page).read_text(encoding="utf-8")
+    if page != "README.md":  # at the top of the study page
+        text = text.split("\n## The study's headline results\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in text.splitlines() if line.startswith("| ")]
+    for name, mean, count, cost in HEADLINE:
+        command = f"`python -m lme +design=study/{name} setup=study instructions=study -m seed=1,2,3`"
+        (row,) = [row for row in rows if command in row]
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        assert mean in cells and (count in cells or any(cell.startswith(f"{count} (") for cell in cells)), row
+        assert (cost in cells) if cost else not any(cell.startswith("$") for cell in cells), row
+    assert "$121.83" in text and "EmbeddingGemma" in text and "OPENAI_API_KEY" in text
 
 
 # -- routed instructions ----------------------------------------------------------------------------------------
