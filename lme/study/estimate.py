@@ -350,6 +350,7 @@ def _question_reads(design: Design, plan: _Plan, question: Any, seeds: Sequence[
     text that fire (counted in `rules_certain`), every rule on the answer; and the memories built for them."""
     from lme.answer.reader import build_reader_messages
     from lme.answer.rules import FIRST_PASS_VIEW
+    from lme.answer.run import repeat_marker
     from lme.models.cache import call_key
     from lme.models.pricing import count_input_tokens
 
@@ -360,12 +361,11 @@ def _question_reads(design: Design, plan: _Plan, question: Any, seeds: Sequence[
     def read_cost(step: str, view: str, text: str, certain: bool) -> ReadCost:
         if view not in memories:
             memories[view] = plan.views[view].build(question)
-        sent[(view, text)] += 1
-        attempt = sent[(view, text)]
-        extra = {"attempt": attempt} if attempt > 1 else None
+        sent[(memories[view].text, text)] += 1  # the same request, whatever view gave its memory (as a run counts)
+        extra, repeat = repeat_marker(reader.payload, sent[(memories[view].text, text)])
         messages = build_reader_messages(text, question, memories[view], reader.instruction_role, extra=extra,
                                          payload=reader.payload)
-        keys = {seed: call_key(spec.model, messages, spec.params, seed) for seed in seeds}
+        keys = {seed: call_key(spec.model, messages, spec.params, seed, repeat) for seed in seeds}
         return ReadCost(step, certain, count_input_tokens(spec.model, messages), keys)
 
     first = design.instructions.first_pass_for(question.question)  # a routed first pass: its route's instruction
