@@ -69,10 +69,14 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
             if len(component) > 1:
                 found.append(sorted(component))
 
-    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
-    for node in edges:
-        if node not in index:
-            visit(node)
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10_000))
+    try:  # restored: a worker's later tests (and the C JSON parser's depth check) see the usual limit
+        for node in edges:
+            if node not in index:
+                visit(node)
+    finally:
+        sys.setrecursionlimit(limit)
     return found
 
 
