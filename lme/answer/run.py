@@ -47,6 +47,7 @@ from typing import Any
 from lme.answer.reader import Reader, build_reader_messages
 from lme.answer.rules import FIRST_PASS_VIEW, RuleStep, route_instruction
 from lme.data.records import Question
+from lme.data.validate import MAX_NESTING
 from lme.util.errors import LmeError, first_line
 from lme.util.hashing import sha256_text
 from lme.judge import Judge, Verdict
@@ -299,7 +300,7 @@ def outcome_from_row(raw: Any, source: str | Path | None = None) -> Outcome:
     return _build(Outcome, row, where, "")
 
 
-JOURNAL_NESTING = 64  # arrays and objects open at once in a journal line (lme's rows need a handful)
+JOURNAL_NESTING = MAX_NESTING  # arrays and objects open at once in a journal line (lme's rows need a handful)
 
 
 def _nested_past(text: str, limit: int) -> bool:
