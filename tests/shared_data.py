@@ -8,6 +8,7 @@ The data folder is `$LME_TEST_DATA` when that is set (then only that folder is l
     DIR/longmemeval/longmemeval_oracle.json.xz           oracle
     DIR/longmemeval/judge_templates.json                 the official judge templates
     DIR/oh_study/study_instructions.json                 the study's instruction texts
+    DIR/locomo/locomo10.json                             LoCoMo's ten conversations and their questions
 
 A test that reads one of these goes through this module: `needs(PATH, ...)` as a decorator or a module's
 `pytestmark`, or `need(PATH)` inside a test or fixture. Without the file the test is skipped with `REASON`,
@@ -46,12 +47,14 @@ FILES = {
     "ORACLE": "longmemeval/longmemeval_oracle.json.xz",
     "TEMPLATES": "longmemeval/judge_templates.json",
     "STUDY_INSTRUCTIONS": "oh_study/study_instructions.json",
+    "LOCOMO": "locomo/locomo10.json",
 }
 MINI = ROOT / FILES["MINI"]
 S_FILE = ROOT / FILES["S_FILE"]
 ORACLE = ROOT / FILES["ORACLE"]
 TEMPLATES = ROOT / FILES["TEMPLATES"]
 STUDY_INSTRUCTIONS = ROOT / FILES["STUDY_INSTRUCTIONS"]
+LOCOMO = ROOT / FILES["LOCOMO"]
 
 
 def available(*paths: Path) -> bool:
