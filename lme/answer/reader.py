@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import weakref
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from lme.data.dates import format_moment
@@ -44,7 +44,9 @@ def reader_payload(question: Question, memory: Memory, extra: Mapping[str, Any] 
 
     `extra` adds keys after the memory, in either form: `attempt` (2, 3, ...) when a re-read repeats a request
     already made for this question (the second decline re-read of an unchanged answer), so it is a new call
-    rather than the cached one; the arbiter's `earlier_answers`.
+    rather than the cached one (lme's payload only: the study's keeps its three keys and marks a repeat in the cache
+    key); the arbiter's `earlier_answers` (lme's payload; the study's opens the memory with them,
+    `arbiter_messages`).
 
     Without `extra`, the text is remembered (`_PAYLOADS`): each seed of a study reads the same memory, and
     writing its ~100 KB out as JSON took half a millisecond on the event loop for every reader call."""
@@ -104,3 +106,27 @@ class Reader:
     model: ModelSpec
     instruction_role: str = "system"
     payload: str = "lme"  # the user message's form (`reader_payload`): lme | study
+
+
+EARLIER_HEADING = "# Earlier answers: what earlier readings of this memory answered, one per line, in run order"
+
+
+def earlier_section(shown: Sequence[str]) -> str:
+    """The section that opens the memory under the study's payload: the heading, then each answer on its own
+    line as a JSON string (an answer's own line breaks and quotes cannot run into the next one)."""
+    lines = [f"{n}. {json.dumps(answer, ensure_ascii=False)}" for n, answer in enumerate(shown, 1)]
+    return "\n".join([EARLIER_HEADING, *lines]) + "\n\n"
+
+
+def arbiter_messages(instruction: str, question: Question, memory: Memory, reader: Reader,
+                     shown: Sequence[str] | None) -> list[dict[str, Any]]:
+    """The arbiter's request: `shown` (the earlier answers; None: the stage does not show them) under
+    lme's payload as the key `earlier_answers`, under the study's as `earlier_section` before the memory."""
+    if shown is None:
+        return build_reader_messages(instruction, question, memory, reader.instruction_role, payload=reader.payload)
+    if reader.payload == "study":
+        text = earlier_section(shown) + memory.text
+        opened = replace(memory, text=text, n_bytes=len(text.encode("utf-8")))
+        return build_reader_messages(instruction, question, opened, reader.instruction_role, payload=reader.payload)
+    return build_reader_messages(instruction, question, memory, reader.instruction_role,
+                                 extra={"earlier_answers": list(shown)}, payload=reader.payload)

@@ -2,7 +2,11 @@
 
 After the jobs of a multirun (one per seed) have finished, every question whose
 runs' final answers differ is read once more, with the runs' answers listed in
-the request under `earlier_answers`, and asked for the right one.
+the request, and asked for the right one (`lme.answer.reader.arbiter_messages`): under lme's payload as the JSON key
+`earlier_answers`; under the study's (`reader.payload=study`), whose user message carries exactly the
+study's three keys on every step, as a section that opens the memory text (`lme.answer.reader.EARLIER_HEADING`, one answer
+per line). The write-up says only that the arbiter saw the earlier answers; where they were put is not
+published, so this form is lme's.
 
 Disagreement is decided from the answer texts alone (`normalize_answer`:
 lower-cased, punctuation and spacing ignored; a missing answer is the empty
@@ -32,7 +36,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from lme.answer.reader import Reader, build_reader_messages
+from lme.answer.reader import Reader, arbiter_messages
 from lme.data.records import Question
 from lme.judge import Judge
 from lme.reporting.measures import majority_threshold
@@ -109,10 +113,8 @@ async def arbitrate_question(
         return ArbiterOutcome(**base, chosen=True, reread=False, failed=True, error=str(failed), answer=None,
                               correct=None, memory_call="failed",
                               memory_cost_usd=CallStats.of_calls(failed.calls).cost_usd, memory_error=str(failed))
-    messages = build_reader_messages(
-        instruction, question, memory, reader.instruction_role,
-        extra={"earlier_answers": earlier_answers(answers)} if show_earlier else None, payload=reader.payload,
-    )
+    messages = arbiter_messages(instruction, question, memory, reader,
+                                earlier_answers(answers) if show_earlier else None)
     call = await gateway.complete(reader.model, messages, seed=seed)
     answer, error = answer_of(call)
     verdict = await judge.judge(gateway, question, answer) if judge is not None and answer is not None else None

@@ -465,12 +465,11 @@ def stage_memory(design: Design, stage: Any, views: dict[str, Any], retriever: A
 def stage_messages(stage: Any, question: Any, memory: Any, reader: Any, runs: int, max_output: int) -> list[dict[str, Any]]:
     """A cross-run stage's request for `question`, as large as it may be: the runs' earlier answers (when the
     stage shows them) each as long as the reader may write (`max_output` words of one token)."""
-    from lme.answer.reader import build_reader_messages
+    from lme.answer.reader import arbiter_messages
 
     longest = " ".join(["x"] * max_output)
-    extra = {"earlier_answers": [longest] * runs} if stage.earlier_answers else None
-    return build_reader_messages(stage.instruction, question, memory, reader.instruction_role, extra=extra,
-                                 payload=reader.payload)
+    return arbiter_messages(stage.instruction, question, memory, reader,
+                            [longest] * runs if stage.earlier_answers else None)
 
 
 def model_built_note(writer: Any, cache_dir: Path) -> str:

@@ -181,3 +181,62 @@ def test_the_arbiter_rereads_questions_whose_runs_disagree_after_the_sweep(tmp_p
     assert parent.data.metrics["arbiter.fixed"] == wrong_before
     text = artifact(tmp_path, parent.info.run_id, "instructions/arbiter.txt").rstrip("\n")
     assert parent.data.params["instruction.arbiter.sha256"] == sha256_text(text) and "earlier_answers" in text
+
+
+def test_study_design_7s_arbiter_keeps_the_studys_three_keys_and_opens_the_memory_with_the_earlier_answers(
+        tmp_path):
+    """Under setup=study every request, the arbiter's too, carries exactly question, questionDate and memory; the
+    arbiter's memory is the earlier-answers section (the runs' answers in seed order, each a JSON string) followed
+    by the first-pass memory, byte for byte."""
+    from loopback import LoopbackServer
+
+    from lme.answer.reader import EARLIER_HEADING
+
+    questions = {q.question: q for q in load_questions(SAMPLE_PATH)[:8]}
+    wobbly = {"ba26d851", "3d792fa1", "961d8dcf"}
+    asked: Counter[str] = Counter()
+    first_pass: dict[str, str] = {}  # question -> its first-pass memory
+    arbiter_memories: dict[str, str] = {}
+    keys: set[tuple[str, ...]] = set()
+
+    def reply(body):
+        system, user = body["messages"][0]["content"], body["messages"][1]["content"]
+        payload = json.loads(user)
+        keys.add(tuple(payload))
+        question = questions[payload["question"]]
+        if payload["memory"].startswith(EARLIER_HEADING):
+            arbiter_memories[payload["question"]] = payload["memory"]
+            return 'A "quoted"\nanswer: ' + question.answer  # the arbiter's answer, with a quote and a line break
+        if "advice" not in system and "whole" not in system:
+            first_pass.setdefault(payload["question"], payload["memory"])
+        asked[system + user] += 1
+        if question.question_id in wobbly and asked[system + user] % 2 == 0:
+            return 'I am "not" sure.\nMaybe.'  # an answer whose quotes and line break the section must keep apart
+        return extractive_answer(payload["question"], payload["memory"])
+
+    with LoopbackServer(reply=reply) as server:
+        result = run_lme(
+            tmp_path, "+design=study/07_arbiter", "setup=study", "dataset=sample", "retriever=fts5", "split=null",
+            "judge=offline", "limit=8", f"reader.model.api_base={server.base_url}",
+            "reader.model.api_key_env=LOOPBACK_KEY", "-m", "seed=1,2,3", env={"LOOPBACK_KEY": "sk-loopback"},
+        )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert keys == {("question", "questionDate", "memory")}
+    runs = journals(tmp_path, "study_07_arbiter")
+    answers = {q: [run[q]["answer"] for run in runs] for q in runs[0]}
+    disagreeing = {q for q, a in answers.items() if len(set(a)) > 1}
+    assert disagreeing == wobbly
+    by_id = {q.question_id: text for text, q in questions.items()}
+    assert set(arbiter_memories) == {by_id[q] for q in disagreeing}
+    for qid in disagreeing:
+        memory = arbiter_memories[by_id[qid]]
+        head, _, rest = memory.partition("\n\n")
+        heading, *lines = head.split("\n")
+        assert heading == EARLIER_HEADING
+        assert [json.loads(line.split(". ", 1)[1]) for line in lines] == [a for a in answers[qid] if a]
+        assert [line.split(". ", 1)[0] for line in lines] == [str(n) for n in range(1, len(lines) + 1)]
+        assert rest == first_pass[by_id[qid]]
+    client, parent, children = mlflow_runs(tmp_path)
+    outcomes = [json.loads(line) for line in artifact(tmp_path, parent.info.run_id, "arbiter/outcomes.jsonl").splitlines()]
+    assert {o["question_id"] for o in outcomes if o["reread"]} == disagreeing
+    assert all(o["answer"].startswith('A "quoted"\nanswer: ') for o in outcomes if o["reread"])
