@@ -1,4 +1,4 @@
-"""The LongMemEval judge protocol, and the offline stand-in that follows its shape.
+"""The LongMemEval judge protocol, the offline stand-in that follows its shape, and Mem0's LoCoMo judge (J).
 
 Protocol (SPEC, "The judge"): the template is chosen by `'_abs' in question_id`
 first, else by question type; it is filled with `str.format(question, answer,
@@ -7,6 +7,13 @@ the verdict is `'yes' in reply.strip().lower()` (`judge.verdict: contains_yes`; 
 `exact_yes_no` reads only yes or no, see `parse_verdict`). A missing or failed answer is
 wrong and costs no judge call. Judge calls are keyed without a seed, so
 identical prompts share one verdict across seeds and designs.
+
+LoCoMo's J (`judge=locomo_j`, `protocol: locomo_j`; its template, pin and reading in `lme.data.locomo_judge`): the
+one template filled with `str.format(question=, gold_answer=, generated_answer=)` as the only user message, the
+request's settings from the judge's YAML (Mem0's: gpt-4o-mini, temperature 0.0, JSON mode, nothing else); the
+reply's JSON `label` must be CORRECT or WRONG (`judge.verdict: locomo_label`), anything else is a failed call.
+An adversarial question (LoCoMo's category 5, which Mem0's evaluation leaves out) gets LoCoMo's own rule and no
+call, its note saying so.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from lme.data import locomo_judge
 from lme.data.records import Question
 from lme.util.errors import LmeError
 from lme.data.judge_templates import (  # the protocol's templates; importable from here as before
@@ -26,13 +34,21 @@ from lme.data.judge_templates import (  # the protocol's templates; importable f
 from lme.util.hashing import sha256_text  # also imported from here by callers and tests
 from lme.models.gateway import CallResult, Gateway, ModelSpec
 
+PROTOCOLS: tuple[str, ...] = ("longmemeval", "locomo_j")  # `judge.protocol`: which template set, request and reading
+
+
 def build_judge_prompt(templates: Mapping[str, str], question: Question, hypothesis: str) -> str:
-    """The filled template for one answer."""
+    """The filled template for one answer: LongMemEval's by position; LoCoMo's J (a template set of its one key
+    `locomo_j`) by name, with the question's reference answer as the gold answer (J sends none for an adversarial
+    question: `Judge.judge`)."""
+    if locomo_judge.LOCOMO_J_KEY in templates:
+        return locomo_judge.fill_template(templates[locomo_judge.LOCOMO_J_KEY], question.question,
+                                          str(question.answer), hypothesis)
     template = templates[template_key(question.question_id, question.question_type)]
     return template.format(question.question, question.answer, hypothesis)
 
 
-VERDICT_RULES: tuple[str, ...] = ("contains_yes", "exact_yes_no")
+VERDICT_RULES: tuple[str, ...] = ("contains_yes", "exact_yes_no", "locomo_label")
 _EXACT_YES = re.compile(r"yes[.!]?")
 _EXACT_NO = re.compile(r"no[.!]?")
 
@@ -43,8 +59,12 @@ def parse_verdict(reply: str, rule: str = "contains_yes") -> bool | None:
     - `contains_yes`, LongMemEval's: `'yes' in reply.strip().lower()` (never None);
     - `exact_yes_no`, the reference study's: the reply stripped and lower-cased must be `yes` or `no`, a final
       `.` or `!` allowed; anything else ("Yes, it is", "The answer is correct", "") is None, no verdict:
-      the judge call counts as failed (the answer as wrong), never silently as a no.
+      the judge call counts as failed (the answer as wrong), never silently as a no;
+    - `locomo_label`, LoCoMo's J: the reply's JSON `label`, exactly CORRECT or WRONG; anything else is None
+      (`lme.data.locomo_judge.read_label`).
     """
+    if rule == "locomo_label":
+        return locomo_judge.read_label(reply)[0]
     text = reply.strip().lower()
     if rule == "contains_yes":
         return "yes" in text
@@ -76,7 +96,8 @@ STUDY_JUDGE = ("longmemeval-study", "gpt-4o")  # the reference study's judge (ju
 class JudgeLabel:
     """Which judge made a run's verdicts, in words (`describe_judge`). `kind`: `longmemeval` (LongMemEval's templates
     on its protocol's model: the LongMemEval judge), `study` (the reference study's judge on the gpt-4o alias),
-    `templates` (LongMemEval's templates on another model), `own` (other templates on a model), `stand-in` (offline)."""
+    `templates` (LongMemEval's templates on another model), `own` (other templates on a model), `locomo-j` (Mem0's
+    LoCoMo judge, by its name `locomo-j`), `stand-in` (offline)."""
 
     name: str
     model: str | None  # the judge's model id as configured; None when the run did not record it
@@ -93,10 +114,16 @@ def describe_judge(name: str, official: bool, model: str | None, offline: bool) 
     """A judge in words, from its name, whether it reads LongMemEval's own templates (`judge.official`), its model
     id and whether that model is an offline stand-in. Only LongMemEval's templates on `gpt-4o-2024-08-06` are the
     LongMemEval judge; the same templates on any other model are said to be judged by that model. `model` None
-    (a run that did not record `judge.model`): the templates flag alone decides, as before models were told apart."""
+    (a run that did not record `judge.model`): the templates flag alone decides, as before models were told apart.
+    Mem0's LoCoMo judge is known by its name (`locomo-j`) and described with its model (Mem0's was gpt-4o-mini)."""
     bare = model.removeprefix("openai/") if model else None
     if offline or (model is None and not official):
         kind, text = "stand-in", "an offline stand-in, NOT the LongMemEval judge"
+    elif name == locomo_judge.LOCOMO_J_NAME:
+        kind = "locomo-j"
+        text = f"Mem0's LoCoMo judge (J) on {model}" if model else "Mem0's LoCoMo judge (J)"
+        if bare is not None and bare != locomo_judge.MEM0_MODEL:
+            text += f" (Mem0's evaluation used {locomo_judge.MEM0_MODEL})"
     elif not official:
         kind, text = "own", f"its own templates judged by {model}, NOT the LongMemEval judge"
     elif model is None or bare == PROTOCOL_JUDGE_MODEL:
@@ -128,6 +155,7 @@ class Judge:
     templates: Mapping[str, str]
     verdict: str = "contains_yes"  # how the reply is read (`parse_verdict`)
     system_message: str | None = None  # a system message before the filled template (LongMemEval: none)
+    protocol: str = "longmemeval"  # `locomo_j`: Mem0's LoCoMo judge (its one template, category 5 by rule)
 
     @property
     def label(self) -> JudgeLabel:
@@ -140,6 +168,9 @@ class Judge:
     async def judge(self, gateway: Gateway, question: Question, answer: str | None) -> Verdict:
         if answer is None or not answer.strip():
             return Verdict(correct=False, reply=None, call=None, note="missing answer counts as wrong")
+        if self.protocol == "locomo_j" and locomo_judge.is_adversarial(question.question_type):
+            return Verdict(correct=locomo_judge.adversarial_correct(answer), reply=None, call=None,
+                           note=locomo_judge.ADVERSARIAL_NOTE)
         prompt = build_judge_prompt(self.templates, question, answer)
         messages = [{"role": "user", "content": prompt}]
         if self.system_message:
@@ -148,10 +179,14 @@ class Judge:
         if call.ok and not (call.text or "").strip():  # no verdict in it: a failed call, never a silent "no"
             call = replace(call, text=None, error="EmptyVerdict: the judge's reply is empty")
         correct = parse_verdict(call.text or "", self.verdict) if call.ok else None
-        if call.ok and correct is None:  # exact_yes_no: a reply that is neither yes nor no is no verdict
-            shown = " ".join((call.text or "").split())
-            shown = shown if len(shown) <= 80 else shown[:77] + "..."
-            call = replace(call, text=None, error=f"UnparseableVerdict: the judge replied {shown!r}, neither yes nor no")
+        if call.ok and correct is None:  # a reply that is neither yes nor no (or no CORRECT/WRONG label): no verdict
+            if self.verdict == "locomo_label":
+                reason = locomo_judge.read_label(call.text or "")[1]
+            else:
+                shown = " ".join((call.text or "").split())
+                shown = shown if len(shown) <= 80 else shown[:77] + "..."
+                reason = f"the judge replied {shown!r}, neither yes nor no"
+            call = replace(call, text=None, error=f"UnparseableVerdict: {reason}")
         if not call.ok:
             return Verdict(correct=False, reply=None, call=call, note=f"judge call failed: {call.error}")
         return Verdict(correct=bool(correct), reply=call.text, call=call)
@@ -165,12 +200,30 @@ def make_judge(
     templates: Mapping[str, str] | None = None,
     verdict: str = "contains_yes",
     system_message: str | None = None,
+    protocol: str = "longmemeval",
 ) -> Judge:
     """Build a judge from config: the official one needs the pinned LongMemEval templates file; `verdict`
     names how its replies are read (`parse_verdict`); `system_message`, when given, is sent before the filled
-    template (the reference study's judge; LongMemEval's sends the template alone)."""
+    template (the reference study's judge; LongMemEval's sends the template alone). `protocol: locomo_j` is Mem0's
+    LoCoMo judge: its template file (`templates_path`) verified against lme's pin, its labels read by
+    `verdict: locomo_label`, no system message."""
     if verdict not in VERDICT_RULES:
         raise LmeError(f"judge {name}: judge.verdict {verdict!r} is unknown (known: {', '.join(VERDICT_RULES)}).")
+    if protocol not in PROTOCOLS:
+        raise LmeError(f"judge {name}: judge.protocol {protocol!r} is unknown (known: {', '.join(PROTOCOLS)}).")
+    if (protocol == "locomo_j") != (verdict == "locomo_label"):
+        raise LmeError(f"judge {name}: judge.verdict {verdict!r} does not go with judge.protocol {protocol!r} "
+                       "(LoCoMo's J reads its replies by locomo_label, and only it does).")
+    if protocol == "locomo_j":
+        if system_message:
+            raise LmeError(f"judge {name}: judge.system_message must be null for judge.protocol locomo_j "
+                           "(Mem0's judge sends the filled template alone).")
+        if not templates_path:
+            raise LmeError(f"judge {name}: judge.templates_path must point to the LoCoMo judge template file "
+                           "(or set LME_LOCOMO_JUDGE).")
+        loaded_file = locomo_judge.load_locomo_judge(templates_path)
+        return Judge(name=name, official=official, model=model, templates=loaded_file.templates, verdict=verdict,
+                     protocol=protocol)
     if templates_path:
         loaded = load_templates(templates_path)
     elif official:
@@ -187,7 +240,8 @@ def make_judge(
 
 
 __all__ = [
-    "LONGMEMEVAL_TEMPLATE_SHA256", "PROTOCOL_JUDGE_MODEL", "TEMPLATE_KEYS", "VERDICT_RULES", "Judge", "JudgeLabel",
+    "LONGMEMEVAL_TEMPLATE_SHA256", "PROTOCOLS", "PROTOCOL_JUDGE_MODEL", "TEMPLATE_KEYS", "VERDICT_RULES", "Judge",
+    "JudgeLabel",
     "Verdict", "describe_judge", "recorded_judge", "build_judge_prompt", "load_templates",
     "make_judge", "parse_verdict", "sha256_text", "template_key",
 ]

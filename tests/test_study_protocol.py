@@ -62,7 +62,7 @@ def test_exact_yes_no_reads_only_yes_or_no(reply, verdict):
 def test_an_unknown_verdict_rule_is_refused():
     with pytest.raises(LmeError, match="judge.verdict 'fuzzy' is unknown"):
         make_judge("x", False, ModelSpec(model="m"), templates=OFFLINE_TEMPLATES, verdict="fuzzy")
-    with pytest.raises(LmeError, match=r"judge.verdict: expected one of contains_yes, exact_yes_no, got 'fuzzy'"):
+    with pytest.raises(LmeError, match=r"judge.verdict: expected one of contains_yes, exact_yes_no, locomo_label, got 'fuzzy'"):
         compose_design(["judge.verdict=fuzzy"], check=True)
 
 

@@ -471,6 +471,22 @@ STORED: tuple[StoredFile, ...] = (
         what="the reference study's reader instructions (base and paragraphs), verified against published digests",
         user_input=True),
     StoredFile(
+        key="locomo judge template", pattern="locomo/judge_templates.json", base="data_dir",
+        moved_by=("judge.templates_path", "LME_LOCOMO_JUDGE", "data_dir", "LME_DATA_DIR"),
+        owner="lme.data.locomo_judge", format="json", readers=("run", "resume", "multirun", "prereg freeze",
+                                                              "prereg verify", "estimate"),
+        writers=(),
+        contract=Contract(
+            missing="refuse: one sentence naming the file and the settings that point at it (judge=locomo_j only)",
+            unreadable=_JSON_INPUT.unreadable,
+            corrupt="refuse: one sentence naming the file and what is not UTF-8 JSON",
+            wrong_shape="refuse: one sentence naming the file and the field (missing, wrong type, nested past 64, "
+                        "a request other than Mem0's), or both digests of a template that is not Mem0's",
+            locked="n/a", read_only="accepted: only read", full_disk="n/a: only read",
+            non_utf8_path=_JSON_INPUT.non_utf8_path),
+        what="Mem0's LoCoMo judge (J) template and request (judge=locomo_j), verified by the template's SHA-256",
+        user_input=True),
+    StoredFile(
         key="split id file", pattern="data/split_ids/s_{dev,test}.txt, study_{dev,test}.txt, or split=FILE.txt",
         base="package", moved_by=("split",), owner="lme.data.splits", format="text",
         readers=("run", "resume", "multirun", "retrieval", "memory", "rules", "estimate", "prereg freeze",
@@ -623,6 +639,8 @@ ENVIRONMENT: tuple[EnvVar, ...] = (
     EnvVar("LME_DATA_DIR", "conf/config.yaml (data_dir)", "the data folder (datasets, judge templates, pins, study "
            "instructions)", "refuse: the file looked for is named, with where it was looked for"),
     EnvVar("LME_JUDGE_TEMPLATES", "conf/judge/*.yaml (templates_path)", "the judge templates file",
+           "refuse: one sentence naming the file"),
+    EnvVar("LME_LOCOMO_JUDGE", "conf/judge/locomo_j.yaml (templates_path)", "Mem0's LoCoMo judge template file",
            "refuse: one sentence naming the file"),
     EnvVar("LME_STUDY_INSTRUCTIONS", "conf/instructions/study.yaml (source)", "the study's instructions file",
            "refuse: one sentence naming the file"),

@@ -684,6 +684,8 @@ NOT_FAULTED: dict[str, str] = {
     "sample dataset": "lme's own package file; the same parser is faulted through `dataset file`",
     "judge_templates.json": "read only by a paid judge's run (a key); its parser is property-tested "
                             "(tests/test_properties.py) and faulted by tests/data",
+    "locomo judge template": "read only by judge=locomo_j (a key); its content is Mem0's text (not in the project); "
+                             "its reader is faulted by tests/test_locomo_judge.py",
     "pins.json": "read by `lme data fetch` only (the network); its parser is property-tested (tests/test_properties.py)",
     "study_instructions.json": "its valid content is the study's own text (not in the project); its parser is "
                                "property-tested (tests/test_properties.py)",

@@ -221,6 +221,10 @@ def test_every_judge_on_a_model_follows_longmemevals_protocol_and_says_which_mod
     if spec.is_offline:
         assert (judge.official, label.kind) == (False, "stand-in")
         return
+    if judge.protocol == "locomo_j":  # Mem0's LoCoMo judge: own template file and request (tests/test_locomo_judge.py)
+        assert (judge.official, judge.verdict, label.kind) == (False, "locomo_label", "locomo-j")
+        assert spec.params == {"temperature": 0.0, "response_format": {"type": "json_object"}}
+        return
     official = OmegaConf.load(ROOT / "conf" / "judge" / "longmemeval.yaml")
     assert judge.official and raw._get_node("templates_path")._value() == official._get_node("templates_path")._value()
     assert spec.params["temperature"] == 0 and spec.params["max_tokens"] <= 16
