@@ -81,8 +81,14 @@ def test_abstention_mark_wins_over_type(question_type):
 
 
 def test_unknown_type_is_a_readable_error():
-    with pytest.raises(LmeError, match="q9.*open-domain"):
-        template_key("q9", "open-domain")
+    with pytest.raises(LmeError, match="q9.*open-book"):
+        template_key("q9", "open-book")
+
+
+def test_locomo_categories_take_the_nearest_longmemeval_template():
+    assert [template_key("conv-26-q000", t) for t in ("single-hop", "multi-hop", "open-domain", "temporal",
+                                                      "adversarial")] == [
+        "ssu_ssa_multisession", "ssu_ssa_multisession", "ssu_ssa_multisession", "temporal_reasoning", "abstention"]
 
 
 # -- pinned templates ------------------------------------------------------------------------------

@@ -339,8 +339,8 @@ def stats_command(argv: Sequence[str]) -> int:
 
 def split_command(argv: Sequence[str]) -> int:
     from lme.config.compose import split_overrides
-    from lme.data.load import load_questions
     from lme.config.design import compose_design
+    from lme.data.dataset import load_file
     from lme.data.splits import (
         DEV_SIZE,
         SPLIT_RULES,
@@ -372,8 +372,9 @@ def split_command(argv: Sequence[str]) -> int:
                        "set is the first fifth of the question groups.")
     seed = options.seed if options.seed is not None else (STUDY_SPLIT_SEED if study else SPLIT_SEED)
     dev_size = options.dev_size if options.dev_size is not None else DEV_SIZE
-    path = compose_design(overrides).dataset.path
-    questions = load_questions(path)
+    spec = compose_design(overrides).dataset
+    path = spec.path
+    questions = load_file(path, spec.benchmark, spec.options)
     if not study and not 0 <= dev_size <= len(questions):
         raise LmeError(f"{path}: holds {len(questions)} questions, too few for --dev-size {dev_size}.")
     types = {q.question_id: q.question_type for q in questions}

@@ -12,9 +12,12 @@ import os
 import sys
 import threading
 from collections.abc import Iterator
+from collections.abc import Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
+from typing import Any
 
 from lme.data.load import check_data_file, file_identity, load_questions, read_data
 from lme.data.records import Question
@@ -31,6 +34,23 @@ class DatasetSpec:
     stream: bool  # read one question at a time (LongMemEval-M)
     selection: Selection
     swept: bool = False  # the sweep gives its jobs different data files (no prefetch)
+    benchmark: str = "longmemeval"  # `dataset.benchmark`: which benchmark's file it is (`lme.data.benchmark`)
+    options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))  # `dataset.options`
+
+    @property
+    def loading(self) -> tuple[str, tuple[tuple[str, str], ...]]:
+        """What, beside the file, decides the questions a load gives: the benchmark and its options."""
+        return self.benchmark, tuple(sorted((str(k), str(v)) for k, v in self.options.items()))
+
+
+def load_file(path: Path, benchmark: str = "longmemeval", options: Mapping[str, Any] | None = None,
+              data: bytes | None = None) -> list[Question]:
+    """Every question of `path` as the benchmark reads it (LongMemEval's: `lme.data.load.load_questions`)."""
+    if benchmark == "longmemeval" and not options:
+        return load_questions(path, data=data)
+    from lme.data.benchmark import benchmark_named
+
+    return benchmark_named(benchmark).load(read_data(path) if data is None else data, path, options)
 
 
 def load_dataset(spec: DatasetSpec) -> tuple[Path, list[Question] | StreamedQuestions]:
@@ -46,13 +66,19 @@ def load_dataset(spec: DatasetSpec) -> tuple[Path, list[Question] | StreamedQues
             hint = f"run `python -m lme data fetch {spec.fetch}` or pass dataset.path=FILE"
         raise LmeError(f"{path}: dataset file not found (dataset {spec.name}); {hint}.")
     check_data_file(path, f"dataset {spec.name}")  # a directory, a FIFO, a symlink loop, no permission
+    if spec.stream and spec.benchmark != "longmemeval":
+        from lme.data.benchmark import benchmark_named
+
+        if not benchmark_named(spec.benchmark).streamable:
+            raise LmeError(f"dataset {spec.name}: dataset.stream=true reads LongMemEval files one question at a time; "
+                           f"benchmark {spec.benchmark} is read whole (set dataset.stream=false).")
     if spec.stream:
         from lme.data.stream import scan_index
 
         # select on a cheap index pass (ids and types only); histories are read one at a time later
         selected = select_questions(scan_index(path), spec.selection, path)
     else:
-        selected = select_questions(load_questions_once(path), spec.selection, path)
+        selected = select_questions(load_questions_once(path, spec.benchmark, spec.options), spec.selection, path)
     if selected.skipped:
         print(f"lme: warning: {selected.skipped_note(path)}", file=sys.stderr, flush=True)
     if not selected.questions:
@@ -73,15 +99,19 @@ def release_parse() -> None:
     _PARSE.set()
 
 
-def load_questions_once(path: Path) -> list[Question]:
-    """`load_questions(path)`, kept for this process's later jobs (a multirun's seeds) while the file is unchanged."""
-    key = tuple(file_identity(path))
+def load_questions_once(path: Path, benchmark: str = "longmemeval",
+                        options: Mapping[str, Any] | None = None) -> list[Question]:
+    """`load_file(path, benchmark, options)`, kept for this process's later jobs (a multirun's seeds) while the file
+    is unchanged."""
+    options = dict(options or {})
+    key = (*file_identity(path), benchmark, tuple(sorted((str(k), str(v)) for k, v in options.items())))
     release_parse()  # a prefetch holding `_LOADING` may wait for this: never wait here for a parse no one lets go
     with _LOADING:
-        return _load_held(path, key)
+        return _load_held(path, key, None, benchmark, options)
 
 
-def _load_held(path: Path, key: tuple, data: bytes | None = None) -> list[Question]:
+def _load_held(path: Path, key: tuple, data: bytes | None = None, benchmark: str = "longmemeval",
+               options: Mapping[str, Any] | None = None) -> list[Question]:
     """The questions of `path` (identity `key`, its bytes `data` when read already), loaded unless held; the
     caller holds `_LOADING`."""
     if key not in _LOADED:
@@ -89,7 +119,7 @@ def _load_held(path: Path, key: tuple, data: bytes | None = None) -> list[Questi
         # Frozen before the collector runs again: its first young collection after the parse (and one
         # before the freeze) would walk every object the parse made (S: ~0.2 s holding the GIL).
         with collection_paused():
-            _LOADED[key] = load_questions(path, data=data)
+            _LOADED[key] = load_file(path, benchmark, options, data=data)
             # kept until exit: never walked again (lme.util.heap); a full collection after S's load takes 0 ms
             # instead of 95 (`python scripts/bench_tricks.py file_freeze`, 2026-12-07)
             freeze_long_lived("file", collect_young=False)
@@ -116,7 +146,7 @@ def prefetch_dataset(spec: DatasetSpec, hold_parse: bool = False) -> threading.T
     # asks for the file at once waits for this load, whichever thread the scheduler runs first.
     _LOADING.acquire()
     try:
-        key = tuple(file_identity(path)) if path.is_file() else None
+        key = (*file_identity(path), *spec.loading) if path.is_file() else None
     except OSError:
         key = None
     if key is None or key in _LOADED:  # nothing to load, or loaded already
@@ -130,7 +160,7 @@ def prefetch_dataset(spec: DatasetSpec, hold_parse: bool = False) -> threading.T
         try:
             data = read_data(path) if hold_parse else None
             _PARSE.wait()
-            _load_held(path, key, data)
+            _load_held(path, key, data, spec.benchmark, spec.options)
         except Exception:  # noqa: BLE001 - reported by the job's own load
             pass
         finally:

@@ -8,6 +8,7 @@ What is looked for, and where (`ITEMS`; `candidates` gives the exact order):
 | `s`, `m`, `oracle` | `longmemeval_s_cleaned`, `longmemeval_m_cleaned`, `longmemeval_oracle` + `.json`, `.json.xz` or `.json.gz` | `longmemeval/` |
 | `templates` | `judge_templates.json` (as `lme data fetch templates` writes it, or a copy of the same form) | `longmemeval/` |
 | `instructions` | `study_instructions.json` (`instructions=study`) | `oh_study/` |
+| `locomo` | `locomo10` + `.json`, `.json.xz` or `.json.gz` (`dataset=locomo`) | `locomo/` |
 
 The folder itself first, then its named subfolder, so that a folder laid out as `DATA/longmemeval/...`,
 `DATA/oh_study/...` (one folder per source) works as well as one flat folder; within a folder `.json`
@@ -66,6 +67,8 @@ ITEMS: dict[str, DataItem] = {
                        "dataset.path=FILE", "python -m lme data fetch oracle --record-digest"),
     "templates": DataItem("templates", "judge_templates", (".json",), "longmemeval", "judge templates file",
                           "judge.templates_path=FILE (or LME_JUDGE_TEMPLATES)", "python -m lme data fetch templates"),
+    "locomo": DataItem("locomo", "locomo10", DATA_SUFFIXES, "locomo", "LoCoMo file", "dataset.path=FILE",
+                       "python -m lme data fetch locomo"),
     "instructions": DataItem("instructions", "study_instructions", (".json",), "oh_study",
                              "study instructions file (instructions=study)", "instructions.source=FILE (or LME_STUDY_INSTRUCTIONS)",
                              None),
@@ -73,7 +76,8 @@ ITEMS: dict[str, DataItem] = {
 DATASET_KEYS: tuple[str, ...] = ("s", "m", "oracle")
 SAMPLE_STEM = "longmemeval_sample"  # the bundled sample (lme.data.sample.SAMPLE_PATH), never in the data folder
 # An official file's stem -> the dataset's short name (runs `<design>-<dataset>-seed<N>`, params, reports).
-SHORT_NAMES: dict[str, str] = {**{ITEMS[key].stem: key for key in DATASET_KEYS}, SAMPLE_STEM: "sample"}
+SHORT_NAMES: dict[str, str] = {**{ITEMS[key].stem: key for key in DATASET_KEYS}, SAMPLE_STEM: "sample",
+                               ITEMS["locomo"].stem: "locomo"}
 
 
 def item(key: str) -> DataItem:

@@ -1,4 +1,4 @@
-"""Typed LongMemEval records.
+"""Typed records of a benchmark's questions (LongMemEval's shape; other benchmarks map onto it, `lme.data.benchmark`).
 
 A `Question` holds its history as `Session`s sorted by parsed date (stable) and
 renamed with neutral ids (`s0000`, `s0001`, ...); turns are `s0009:3`. The
@@ -20,6 +20,10 @@ QUESTION_TYPES: tuple[str, ...] = (
     "temporal-reasoning",
     "knowledge-update",
 )
+# LoCoMo's categories (lme.data.locomo), as question types: a `question_types=` filter knows every built-in
+# benchmark's names (KNOWN_TYPES)
+LOCOMO_TYPES: tuple[str, ...] = ("multi-hop", "temporal", "open-domain", "single-hop", "adversarial")
+KNOWN_TYPES: tuple[str, ...] = (*QUESTION_TYPES, *LOCOMO_TYPES)
 ABSTENTION_MARK = "_abs"
 ROLES: tuple[str, ...] = ("user", "assistant")
 
@@ -30,6 +34,13 @@ class Turn:
     role: str  # "user" | "assistant"
     content: str
     has_answer: bool = False  # evidence flag: never shown to a model
+    speaker: str | None = None  # the speaker's name where the benchmark has two people (LoCoMo); memories show it
+    # in place of the role. None: LongMemEval's user and assistant.
+
+    @property
+    def label(self) -> str:
+        """Who is speaking, as a memory shows it: the speaker's name, else the role."""
+        return self.speaker or self.role
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,10 +63,12 @@ class Question:
     question_date_text: str
     sessions: tuple[Session, ...]
     answer_session_ids: tuple[str, ...]
+    abstains: bool = False  # the right answer is that the history does not say (beside LongMemEval's `_abs` ids)
+    benchmark: str = "longmemeval"  # the benchmark the question comes from (`lme.data.benchmark`)
 
     @property
     def is_abstention(self) -> bool:
-        return ABSTENTION_MARK in self.question_id
+        return self.abstains or ABSTENTION_MARK in self.question_id
 
     def turns(self) -> list[Turn]:
         """Every turn of the history, in date order."""

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lme.data.records import QUESTION_TYPES, Question
+from lme.data.records import KNOWN_TYPES, Question
 from lme.data.splits import split_ids
 from lme.util.errors import DataError, LmeError
 
@@ -45,9 +45,9 @@ class Selection:
                     raise LmeError(f"config question_ids: {qid} is listed twice.")
                 seen.add(qid)
         for question_type in self.question_types or ():
-            if question_type not in QUESTION_TYPES:
+            if question_type not in KNOWN_TYPES:
                 raise LmeError(
-                    f"config question_types: unknown type {question_type!r} (known: {', '.join(QUESTION_TYPES)})."
+                    f"config question_types: unknown type {question_type!r} (known: {', '.join(KNOWN_TYPES)})."
                 )
         limit = self.limit
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):

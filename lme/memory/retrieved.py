@@ -63,8 +63,8 @@ def format_turn_block(turn: Turn, session: Session, layout: str = "lme") -> str:
     02:21] user: <content verbatim>`."""
     if layout == "study":
         moment = f"{session.date:%Y/%m/%d} ({WEEKDAYS[session.date.weekday()][:3]}) {session.date:%H:%M}"
-        return f"[{turn.turn_id}] [{moment}] {turn.role}: {turn.content}"
-    return f"[{turn.turn_id}] {format_moment(session.date)} {turn.role}: {turn.content}"
+        return f"[{turn.turn_id}] [{moment}] {turn.label}: {turn.content}"
+    return f"[{turn.turn_id}] {format_moment(session.date)} {turn.label}: {turn.content}"
 
 
 def with_resolved_dates(block: str, turn: Turn, session: Session, question: Question, layout: str = "lme") -> str:

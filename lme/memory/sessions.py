@@ -102,7 +102,7 @@ def render_session(session: Session, question: Question, message_max_chars: int)
         content = turn.content
         if len(content) > message_max_chars:
             content = content[:message_max_chars] + CUT_MARK
-        lines.append(f"[{turn.turn_id}] {turn.role}: {content}")
+        lines.append(f"[{turn.turn_id}] {turn.label}: {content}")
     return "\n".join(lines)
 
 

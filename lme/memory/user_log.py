@@ -43,6 +43,7 @@ from typing import ClassVar
 
 from lme.util.budget import utf8_len
 from lme.data.dates import WEEKDAYS, format_day, format_moment
+from lme.data.benchmark import require_one_user
 from lme.data.records import Question, Session, Turn
 from lme.memory.base import Memory
 from lme.memory.dates import ResolvedDate, describe_distance, format_resolved_line, resolve_relative_dates
@@ -237,6 +238,8 @@ class UserLogMemoryBuilder:
     # -- the memory ----------------------------------------------------------------------------
 
     def build(self, question: Question) -> Memory:
+        if question.benchmark != "longmemeval":
+            require_one_user(question, "memory=user_log (the complete log of the user's messages)")
         ranking = self.retriever.rank(question, self.top_k)
         blocks = [session_block(session, question, self.layout) for session in question.sessions]
         log_title = self._log_title(len(blocks))

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any
 
-from lme.data.records import QUESTION_TYPES
+from lme.data.records import KNOWN_TYPES
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -34,8 +34,9 @@ def accuracy(correct: Mapping[str, bool], question_ids: Sequence[str] | None = N
 
 
 def per_type_accuracy(correct: Mapping[str, bool], types: Mapping[str, str]) -> dict[str, float]:
-    """Accuracy per question type present, in the canonical type order."""
-    present = [t for t in QUESTION_TYPES if t in set(types.values())]
+    """Accuracy per question type present, in the canonical type order (LongMemEval's, then LoCoMo's), any other
+    type after them by name."""
+    present = sorted(set(types.values()), key=type_order)
     return {t: accuracy(correct, [q for q, qt in types.items() if qt == t]) for t in present}
 
 
@@ -200,8 +201,8 @@ _CHUNK_CELLS = 4_000_000  # resamples x stratum size drawn at once (bounds memor
 
 
 def type_order(name: str) -> tuple[int, str]:
-    """Sort key: the canonical question-type order, unknown types after it by name."""
-    return (QUESTION_TYPES.index(name), name) if name in QUESTION_TYPES else (len(QUESTION_TYPES), name)
+    """Sort key: the canonical question-type order (LongMemEval's, then LoCoMo's), unknown types after it by name."""
+    return (KNOWN_TYPES.index(name), name) if name in KNOWN_TYPES else (len(KNOWN_TYPES), name)
 
 
 @dataclass(frozen=True)

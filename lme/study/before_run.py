@@ -90,6 +90,8 @@ class BeforeRun:
 
                 check_key_variable(key_env, f"embedding model {name}")  # a newline, a non-ASCII character
         spec = design.dataset
+        if spec.benchmark != "longmemeval" and self.first_time(("speakers", design.name, spec.benchmark)):
+            one_user_memories(design)
         if self.first_time(("data", str(spec.path))):
             sniff_data_file(spec.path, spec.name)
         if spec.selection.split is not None and self.first_time(("split", spec.selection.split)):
@@ -145,10 +147,10 @@ def small_file(path: Path) -> bool:
 def selection_of(spec: Any) -> list[str]:
     """The ids `load_dataset(spec)` would select, with its refusals (a selection of nothing, an id or a split id
     the file lacks), without its warning (the job gives it) and without keeping the questions."""
-    from lme.data.load import load_questions
+    from lme.data.dataset import load_file
     from lme.data.select import select_questions
 
-    selected = select_questions(load_questions(spec.path), spec.selection, spec.path)
+    selected = select_questions(load_file(spec.path, spec.benchmark, spec.options), spec.selection, spec.path)
     if not selected.questions:  # load_dataset's sentence
         raise LmeError(f"dataset {spec.name}: {spec.path} selects no question ({spec.selection.describe()}).")
     return [question.question_id for question in selected.questions]
@@ -187,6 +189,24 @@ def embedding_keys(design: Design) -> Iterator[tuple[str, str]]:
         if (str(node.get("_target_", "")).endswith(_DENSE) and node.get("backend") == "litellm"
                 and node.get("api_key_env")):
             yield str(node["api_key_env"]), str(node.get("name") or node.get("model"))
+
+
+_USER_LOG = "UserLogMemoryBuilder"
+
+
+def one_user_memories(design: Design) -> None:
+    """Refuse, before the run, a memory or view that reads "the user's" messages on a benchmark of two people
+    (`lme.data.benchmark.require_one_user`, which the builder itself also applies)."""
+    from lme.data.benchmark import benchmark_named
+
+    benchmark = benchmark_named(design.dataset.benchmark)
+    if benchmark.speakers != "two-people":
+        return
+    for path, node in _nodes(plain(design.config)):
+        if str(node.get("_target_", "")).endswith(_USER_LOG):
+            raise LmeError(f"design {design.name}: {path} is the user log, which reads the user's messages, and "
+                           f"{benchmark.title} is a conversation between two people with no user; choose a memory "
+                           f"that reads both speakers (memory=retrieved, memory=full_history).")
 
 
 def sniff_data_file(path: Path, name: str) -> None:
