@@ -36,7 +36,7 @@ The rules, by key (`*.x` means a key named `x` anywhere):
 | `judge.templates_path`, `instructions.source` | null, or a path that is not a directory, FIFO or device |
 | `tracking.uri` | sqlite:///PATH, postgresql://, mysql://, mssql:// (with +driver), http(s)://, databricks; file: only with MLFLOW_ALLOW_FILE_STORE=true |
 | `verbose`, `progress`, `dataset.stream`, `tracking.enabled`, `judge.official` | true or false |
-| `split_missing`, `memory.overflow_policy`, `memory.layout`, `reader.instruction_role`, `reader.payload`, `judge.verdict`, `*.device`, `*.backend` | one of their options |
+| `split_missing`, `memory.overflow_policy`, `memory.layout`, `reader.instruction_role`, `reader.payload`, `judge.verdict`, `judge.protocol`, `*.device`, `*.backend` | one of their options |
 | `question_ids` / `question_types` | null, one, or a list (ids as strings; known types) |
 | names (`views.*.name`, a `rules.order` step's `rule` and `view`), models, `tracking.experiment`, `budget.study`, `instructions.base` | a non-empty string |
 | `tracking.traces` | full, metadata or off |
@@ -382,9 +382,9 @@ def tracking_uri(key: str, value: Any) -> None:
 
 
 def _question_types() -> tuple[str, ...]:
-    from lme.data.records import QUESTION_TYPES
+    from lme.data.records import KNOWN_TYPES
 
-    return QUESTION_TYPES
+    return KNOWN_TYPES
 
 
 def _split_policies() -> tuple[str, ...]:
@@ -403,6 +403,12 @@ def _verdict_rules() -> tuple[str, ...]:
     from lme.judge import VERDICT_RULES
 
     return VERDICT_RULES
+
+
+def _judge_protocols() -> tuple[str, ...]:
+    from lme.judge import PROTOCOLS
+
+    return PROTOCOLS
 
 
 def _layouts() -> tuple[str, ...]:
@@ -451,6 +457,7 @@ def _rules(cfg: DictConfig) -> list[tuple[re.Pattern[str], Check]]:
         (r"dataset\.path", data_file(dataset_name, fetch_hint)),
         (r"dataset\.stream", boolean()),
         (r"dataset\.fetch", text(optional=True)),
+        (r"dataset\.benchmark", text(optional=True)),
         # tracking and budget
         (r"tracking\.enabled", boolean()),
         (r"tracking\.uri", tracking_uri),
@@ -474,6 +481,7 @@ def _rules(cfg: DictConfig) -> list[tuple[re.Pattern[str], Check]]:
         (r"judge\.official", boolean()),
         (r"judge\.templates_path", existing_not_special),
         (r"judge\.verdict", choice(_verdict_rules)),
+        (r"judge\.protocol", choice(_judge_protocols)),
         (r"judge\.system_message", text(optional=True)),
         # memory, view, retrievers, embedding
         (r"memory\.overflow_policy", choice(lambda: _overflow_policies(

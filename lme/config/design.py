@@ -144,6 +144,7 @@ class JudgeSpec:
     templates: Mapping[str, str] | None
     verdict: str = "contains_yes"  # how a reply is read (lme.judge.parse_verdict): LongMemEval's rule by default
     system_message: str | None = None  # sent before the template (the study's judge); LongMemEval's: none
+    protocol: str = "longmemeval"  # longmemeval | locomo_j (Mem0's LoCoMo judge: lme.judge, lme.data.locomo_judge)
 
     def build(self) -> Judge:
         """The judge, its templates read and verified."""
@@ -152,7 +153,7 @@ class JudgeSpec:
         return make_judge(name=self.name, official=self.official, model=self.model.build(),
                           templates_path=self.templates_path,
                           templates=dict(self.templates) if self.templates is not None else None,
-                          verdict=self.verdict, system_message=self.system_message)
+                          verdict=self.verdict, system_message=self.system_message, protocol=self.protocol)
 
 
 @dataclass(frozen=True)
@@ -402,6 +403,8 @@ def _design(cfg: Any, container: dict[str, Any]) -> Design:
             split_missing=container.get("split_missing", "error"),
         ),
         swept=sweeps_dataset(cfg),
+        benchmark=str(dataset.get("benchmark") or "longmemeval"),
+        options=MappingProxyType(dict(dataset.get("options") or {})),
     )  # its selection refuses a bad id list first
     return Design(
         name=str(container.get("design_name", "default")),
@@ -423,6 +426,7 @@ def _design(cfg: Any, container: dict[str, Any]) -> Design:
             templates=frozen(judge["templates"]) if judge.get("templates") else None,
             verdict=str(judge.get("verdict") or "contains_yes"),
             system_message=str(judge["system_message"]) if judge.get("system_message") else None,
+            protocol=str(judge.get("protocol") or "longmemeval"),
         ),
         instructions=instructions,
         arbiter=arbiter,
