@@ -141,9 +141,11 @@ def test_command_line_values_are_refused_in_one_sentence(override: str, sentence
         ({"verbose": 1}, "verbose: expected true or false, got 1."),
         ({"dataset__stream": "true"}, "dataset.stream: expected true or false, got 'true'."),
         ({"split_missing": "ignore"}, "split_missing: expected one of error, skip, got 'ignore'."),
-        ({"question_types": ["multi-hop"]}, "question_types: expected null, a question type or a list of them (known: "
+        ({"question_types": ["multi-hops"]}, "question_types: expected null, a question type or a list of them (known: "
          "single-session-user, single-session-assistant, single-session-preference, multi-session, "
-         "temporal-reasoning, knowledge-update), got 'multi-hop'."),
+         "temporal-reasoning, knowledge-update, multi-hop, temporal, open-domain, single-hop, adversarial), got "
+         "'multi-hops'."),
+        ({"question_types": ["multi-hop"]}, None),  # LoCoMo's category
         ({"question_types": "multi-session"}, None),
         ({"question_ids": ["a1", 123]}, None),
         ({"design_name": " "}, "design_name: expected a non-empty string, got ' '."),
