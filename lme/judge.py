@@ -44,7 +44,13 @@ def build_judge_prompt(templates: Mapping[str, str], question: Question, hypothe
     if locomo_judge.LOCOMO_J_KEY in templates:
         return locomo_judge.fill_template(templates[locomo_judge.LOCOMO_J_KEY], question.question,
                                           str(question.answer), hypothesis)
-    template = templates[template_key(question.question_id, question.question_type)]
+    if question.benchmark == "longmemeval":
+        key = template_key(question.question_id, question.question_type)
+    else:  # another benchmark's categories: the template it names for each (lme.data.benchmark)
+        from lme.data.benchmark import judge_template_key
+
+        key = judge_template_key(question)
+    template = templates[key]
     return template.format(question.question, question.answer, hypothesis)
 
 

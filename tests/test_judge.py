@@ -86,9 +86,20 @@ def test_unknown_type_is_a_readable_error():
 
 
 def test_locomo_categories_take_the_nearest_longmemeval_template():
-    assert [template_key("conv-26-q000", t) for t in ("single-hop", "multi-hop", "open-domain", "temporal",
-                                                      "adversarial")] == [
-        "ssu_ssa_multisession", "ssu_ssa_multisession", "ssu_ssa_multisession", "temporal_reasoning", "abstention"]
+    from datetime import datetime
+
+    from lme.data.benchmark import judge_template_key
+    from lme.data.records import Question
+
+    def question(category: str, abstains: bool = False) -> Question:
+        return Question("conv-26-q000", category, "q?", "a", datetime(2023, 5, 8), "2023/05/08 (Mon) 13:56", (), (),
+                        abstains=abstains, benchmark="locomo")
+
+    assert [judge_template_key(question(t)) for t in ("single-hop", "multi-hop", "open-domain", "temporal")] == [
+        "ssu_ssa_multisession", "ssu_ssa_multisession", "ssu_ssa_multisession", "temporal_reasoning"]
+    assert judge_template_key(question("adversarial", abstains=True)) == "abstention"
+    with pytest.raises(LmeError, match="q9.*single-hop"):  # LongMemEval's own key function knows only its types
+        template_key("q9", "single-hop")
 
 
 # -- pinned templates ------------------------------------------------------------------------------

@@ -40,6 +40,9 @@ class Benchmark:
     fetch: str | None = None  # the `lme data fetch` target of its file
     options: Mapping[str, Any] = field(default_factory=dict)  # `dataset.options` it reads, with defaults
     streamable: bool = False  # `dataset.stream=true` reads it one question at a time
+    # under a judge with LongMemEval's per-type templates (judge=offline, judge=longmemeval, ...): category -> the
+    # template key it takes; a category not listed takes the abstention template if it abstains, else the generic one
+    judge_templates: Mapping[str, str] = field(default_factory=dict)
 
     def load(self, data: bytes, path: Path, options: Mapping[str, Any] | None = None) -> list[Question]:
         unknown = sorted(set(options or {}) - set(self.options))
@@ -66,6 +69,17 @@ def benchmark_named(name: str) -> Benchmark:
         raise LmeError(f"dataset.benchmark {name!r}: module {module_name} has no BENCHMARK (an "
                        f"lme.data.benchmark.Benchmark).")
     return found
+
+
+GENERIC_TEMPLATE = "ssu_ssa_multisession"  # LongMemEval's template for a plain fact (single-session, multi-session)
+
+
+def judge_template_key(question: Question) -> str:
+    """The LongMemEval template that judges a question of another benchmark (`Benchmark.judge_templates`)."""
+    benchmark = benchmark_named(question.benchmark)
+    if question.is_abstention:
+        return "abstention"
+    return benchmark.judge_templates.get(question.question_type, GENERIC_TEMPLATE)
 
 
 def json_document(data: bytes, path: Path) -> Any:

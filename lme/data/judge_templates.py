@@ -29,14 +29,6 @@ _KEY_BY_TYPE = {
     "temporal-reasoning": "temporal_reasoning",
     "knowledge-update": "knowledge_update",
     "single-session-preference": "single_session_preference",
-    # LoCoMo's categories under a judge with LongMemEval's templates (judge=offline, judge=longmemeval, ...): the
-    # template of the LongMemEval type each is closest to; adversarial questions are abstentions
-    # (`Question.abstains`) and take the abstention template. LoCoMo's own LLM judge is judge=locomo_j.
-    "single-hop": "ssu_ssa_multisession",
-    "multi-hop": "ssu_ssa_multisession",
-    "open-domain": "ssu_ssa_multisession",
-    "temporal": "temporal_reasoning",
-    "adversarial": "abstention",
 }
 # SHA-256 of each template's text in LongMemEval's src/evaluation/evaluate_qa.py
 # at commit 9e0b455f4ef0e2ab8f2e582289761153549043fc.

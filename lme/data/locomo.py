@@ -261,6 +261,9 @@ def _benchmark() -> Any:
         speakers="two-people", default_judge="locomo_j", fetch="locomo",
         official_measures=("locomo.f1", "locomo.j_without_adversarial"),
         options={"question_date": QUESTION_DATE_DEFAULT},
+        # under LongMemEval's templates: temporal questions take its temporal template, the others its generic one,
+        # adversarial ones (abstentions) its abstention template
+        judge_templates={"temporal": "temporal_reasoning"},
     )
 
 
