@@ -92,14 +92,16 @@ def _fixed_date(question_date: str, path: Path) -> datetime | None:
                         f"date written YYYY-MM-DD.") from None
 
 
-def _text(where: _Where, record: Mapping[str, Any], field: str) -> str:
+def _text(where: _Where, record: Mapping[str, Any], field: str, within: str = "") -> str:
+    """`record[field]` as text; `within` is the record's own path in the conversation (for the sentence)."""
+    named = f"{within}.{field}" if within else field
     if field not in record:
-        raise where.error(field, "is missing")
+        raise where.error(named, "is missing")
     value = record[field]
     if not isinstance(value, str):
-        raise where.error(field, f"is {type(value).__name__}, not text")
+        raise where.error(named, f"is {type(value).__name__}, not text")
     if (problem := text_problem(value)) is not None:
-        raise where.error(field, problem)
+        raise where.error(named, problem)
     return value
 
 
@@ -108,7 +110,8 @@ def _conversation_questions(where: _Where, sample_id: str, record: Mapping[str, 
     conversation = record.get("conversation")
     if not isinstance(conversation, dict):
         raise where.error("conversation", "is missing or not an object")
-    speakers = (_text(where, conversation, "speaker_a"), _text(where, conversation, "speaker_b"))
+    speakers = (_text(where, conversation, "speaker_a", "conversation"),
+                _text(where, conversation, "speaker_b", "conversation"))
     if speakers[0] == speakers[1]:
         raise where.error("conversation.speaker_b", f"names the same speaker as speaker_a ({speakers[0]!r})")
     sessions, dialogue = _sessions(where, conversation, speakers)
@@ -133,7 +136,7 @@ def _sessions(where: _Where, conversation: Mapping[str, Any], speakers: tuple[st
         turns = conversation[key]
         if not isinstance(turns, list):
             raise where.error(f"conversation.{key}", f"is {type(turns).__name__}, not a list of turns")
-        date_text = _text(where, conversation, f"{key}_date_time")
+        date_text = _text(where, conversation, f"{key}_date_time", "conversation")
         try:
             date = datetime.strptime(date_text, DATE_FORMAT)
         except ValueError:
@@ -150,12 +153,10 @@ def _sessions(where: _Where, conversation: Mapping[str, Any], speakers: tuple[st
             field = f"conversation.{key}[{index}]"
             if not isinstance(item, dict):
                 raise where.error(field, f"is {type(item).__name__}, not an object")
-            speaker = _text(where, item, "speaker") if "speaker" in item else None
+            speaker = _text(where, item, "speaker", field)
             if speaker not in speakers:
                 raise where.error(f"{field}.speaker", f"{speaker!r} is neither speaker_a nor speaker_b")
-            text = _text(where, item, "text") if "text" in item else None
-            if text is None:
-                raise where.error(f"{field}.text", "is missing")
+            text = _text(where, item, "text", field)
             caption = item.get("blip_caption")
             if caption is not None:
                 if not isinstance(caption, str):
@@ -193,7 +194,7 @@ def _question(where: _Where, sample_id: str, n: int, qa: Any, sessions: tuple[Se
     category = qa.get("category")
     if isinstance(category, bool) or category not in CATEGORIES:
         raise where.error(f"{field}.category", f"{category!r} is not a LoCoMo category (1-5)")
-    question = _text(where, qa, "question")
+    question = _text(where, qa, "question", field)
     if not question.strip():
         raise where.error(f"{field}.question", "is empty")
     answer = qa.get("answer")
