@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 USAGE = """usage: python -m lme data COMMAND ...
 
 commands:
-  fetch   download a LongMemEval file or the judge templates, verified by SHA-256
+  fetch   download a LongMemEval file, the judge templates or LoCoMo's file, verified by SHA-256
   where   what the data folder (data_dir, LME_DATA_DIR) holds for each dataset, the judge templates and the
           study's instructions, and the command that gets what it lacks: [--verify] [--json] [overrides]
   stats   dataset statistics of the questions a run would use: [--json] [overrides]
@@ -63,17 +63,19 @@ def main(argv: Sequence[str]) -> int:
 
 
 def fetch_parser() -> ArgumentParser:
-    from lme.data.fetch import DATASETS, TARGETS, TEMPLATES_REPO_BASE_URL
+    from lme.data.fetch import DATASETS, LOCOMO_BASE_URL_ENV, TARGETS, TEMPLATES_REPO_BASE_URL
 
     parser = make_parser(
         "python -m lme data fetch",
-        "Download LongMemEval files and the judge templates into data_dir, verified by SHA-256.",
+        "Download LongMemEval files and the judge templates, or LoCoMo's file, into data_dir, verified by SHA-256.",
         hint=f"python -m lme data fetch {'|'.join(TARGETS)} [--record-digest] [data_dir=DIR]",
         epilog="Overrides such as data_dir=DIR (or LME_DATA_DIR) are read as in a run.",
     )
     files = "; ".join(f"{f.name}: {f.description}{'' if f.sha256 else ', no pin in lme yet'}"
                       for f in DATASETS.values())
-    parser.add_argument("target", choices=TARGETS, help=f"a data file ({files}), the judge templates, or all")
+    parser.add_argument("target", choices=TARGETS,
+                        help=f"a data file ({files}), the judge templates, locomo (LoCoMo's locomo10.json, "
+                             f"CC BY-NC 4.0), or all (LongMemEval's files and the templates, not LoCoMo)")
     parser.add_argument("--record-digest", action="store_true",
                         help="for a file lme has no pin for, record the digest of this first download in "
                              "{data_dir}/pins.json instead of refusing it")
@@ -81,6 +83,9 @@ def fetch_parser() -> ArgumentParser:
                         help="Hugging Face hub endpoint (default: HF_ENDPOINT or https://huggingface.co)")
     parser.add_argument("--templates-base-url", default=TEMPLATES_REPO_BASE_URL,
                         help="where LongMemEval's files are served, by commit (default: raw.githubusercontent.com)")
+    parser.add_argument("--locomo-base-url", default=None,
+                        help=f"where LoCoMo's files are served, by commit (default: {LOCOMO_BASE_URL_ENV} or "
+                             "raw.githubusercontent.com/snap-research/LoCoMo)")
     parser.add_argument("--no-progress", action="store_true",
                         help="no progress (as the override progress=false); otherwise a bar on a terminal, "
                              "a line every 30 s elsewhere")
@@ -102,6 +107,13 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 
 def _describe(result: FetchResult) -> str:
+    if result.name == "locomo":
+        from lme.data.fetch import LOCOMO_COMMIT, LOCOMO_LICENSE
+
+        state = "downloaded and verified" if result.downloaded else "already present and verified"
+        line = (f"{result.path.name}: {state} (LoCoMo, commit {LOCOMO_COMMIT[:8]}), SHA-256 {result.sha256} "
+                f"-> {result.path}")
+        return f"{line}\n  {LOCOMO_LICENSE}." if result.downloaded else line
     if result.name == "templates":
         state = "downloaded, extracted and verified" if result.downloaded else "already present and verified"
         return f"judge templates: {state} (5 templates, SHA-256 pinned in lme) -> {result.path}"
@@ -120,12 +132,13 @@ def fetch_command(
     *,
     dataset_pins: Mapping[str, str] | None = None,
     template_pins: Mapping[str, str] | None = None,
+    locomo_pin: str | None = None,
     out: Callable[[str], None] | None = None,
 ) -> int:
     """`python -m lme data fetch TARGET [--record-digest] [overrides]`; argv is what follows `fetch`.
 
     Raises `LmeError` (one sentence) on any refusal; the CLI prints it and exits 2.
-    `dataset_pins` and `template_pins` replace lme's pins (tests only).
+    `dataset_pins`, `template_pins` and `locomo_pin` replace lme's pins (tests only).
     """
     from lme.config.compose import split_overrides
     from lme.data.fetch import (
@@ -134,6 +147,7 @@ def fetch_command(
         REVISION,
         expected_digest,
         fetch_dataset,
+        fetch_locomo,
         fetch_templates,
         project_pins,
         user_pins_path,
@@ -165,7 +179,13 @@ def fetch_command(
             )
     with _sigterm_as_interrupt(), enabled_as(config_flag(design.progress)):
         for name in names:
-            if name == "templates":
+            if name == "locomo":
+                from lme.data.fetch import LOCOMO_SHA256
+
+                result = fetch_locomo(data_dir, base_url=options.locomo_base_url,
+                                      sha256=LOCOMO_SHA256 if locomo_pin is None else locomo_pin,
+                                      progress=False if options.no_progress else None)
+            elif name == "templates":
                 result = fetch_templates(data_dir, base_url=options.templates_base_url,
                                          pins=LONGMEMEVAL_TEMPLATE_SHA256 if template_pins is None else template_pins)
             else:
@@ -318,6 +338,10 @@ def where_command(argv: Sequence[str], out: Callable[[str], None] | None = None)
 
 
 def stats_command(argv: Sequence[str]) -> int:
+    """`python -m lme data stats [--json] [overrides]`: LongMemEval's per-question statistics, or, for
+    `dataset.benchmark=locomo`, LoCoMo's counts with each conversation counted once (`lme.data.stats`)."""
+    from dataclasses import asdict
+
     from lme.config.compose import split_overrides
     from lme.data.dataset import load_dataset
     from lme.data.stats import dataset_stats, format_table, stats_json
@@ -328,7 +352,16 @@ def stats_command(argv: Sequence[str]) -> int:
     options = parser.parse_args(rest)
     from lme.config.design import compose_design
 
-    path, questions = load_dataset(compose_design(overrides).dataset)
+    spec = compose_design(overrides).dataset
+    path, questions = load_dataset(spec)
+    if spec.benchmark == "locomo":  # questions share their conversation: each history counted once
+        from lme.data.benchmark import benchmark_named, json_document
+        from lme.data.load import read_data
+        from lme.data.stats import format_locomo_table, locomo_stats
+
+        locomo = locomo_stats(questions, json_document(read_data(path), path), benchmark_named("locomo").categories)
+        print(json.dumps(asdict(locomo)) if options.json else f"{path}\n\n{format_locomo_table(locomo)}")
+        return 0
     stats = dataset_stats(questions)
     if options.json:
         print(json.dumps(stats_json(stats)))

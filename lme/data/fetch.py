@@ -1,6 +1,6 @@
-"""Fetch and pin LongMemEval's data files and its judge prompt templates.
+"""Fetch and pin LongMemEval's data files and its judge prompt templates, and LoCoMo's file.
 
-`python -m lme data fetch s|m|oracle|templates|all [--record-digest] [overrides]` (the command: `lme.cli.data`)
+`python -m lme data fetch s|m|oracle|templates|locomo|all [--record-digest] [overrides]` (the command: `lme.cli.data`)
 
 Data files come from the Hugging Face dataset `xiaowu0162/longmemeval-cleaned`
 at a pinned revision, through `huggingface_hub`, with progress (`lme.util.progress`:
@@ -18,6 +18,12 @@ same command downloads `src/evaluation/evaluate_qa.py` at a pinned commit,
 extracts the five templates from the source with `ast` (nothing is executed),
 checks each against `lme.judge.LONGMEMEVAL_TEMPLATE_SHA256`, and writes
 `{data_dir}/judge_templates.json` in the form `lme.judge.load_templates` reads.
+
+LoCoMo (`fetch_locomo`): `data/locomo10.json` of snap-research/LoCoMo at a pinned commit, from
+raw.githubusercontent.com (`LME_LOCOMO_BASE_URL` replaces that base: a mirror, or a test's loopback server),
+streamed into the staging folder with progress, checked against lme's SHA-256 pin and only then renamed to
+`{data_dir}/locomo10.json`. It is another benchmark under another license (CC BY-NC 4.0), so `all` (LongMemEval's
+files and templates) does not include it: it is fetched by name.
 """
 
 from __future__ import annotations
@@ -85,7 +91,7 @@ DATASETS: dict[str, DatasetFile] = {
         "LongMemEval oracle: 500 questions, evidence sessions only",
     ),
 }
-TARGETS: tuple[str, ...] = (*DATASETS, "templates", "all")
+TARGETS: tuple[str, ...] = (*DATASETS, "templates", "locomo", "all")  # all: LongMemEval's files and templates
 
 
 @dataclass(frozen=True)
@@ -495,3 +501,101 @@ def fetch_templates(
     })
     load_templates(target, pins)  # the file we wrote reads back as the judge will read it
     return FetchResult("templates", target, file_sha256(target), downloaded=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# LoCoMo: one file from raw GitHub at a pinned commit, verified by SHA-256 before it is moved into place
+
+LOCOMO_REPO_BASE_URL = "https://raw.githubusercontent.com/snap-research/LoCoMo"
+LOCOMO_BASE_URL_ENV = "LME_LOCOMO_BASE_URL"  # the base above, for a mirror (or a test's loopback server)
+LOCOMO_COMMIT = "3eb6f2c585f5e1699204e3c3bdf7adc5c28cb376"
+LOCOMO_SHA256 = "79fa87e90f04081343b8c8debecb80a9a6842b76a7aa537dc9fdf651ea698ff4"
+LOCOMO_LICENSE = ("LoCoMo (snap-research/LoCoMo) is licensed CC BY-NC 4.0 (Attribution-NonCommercial): "
+                  "non-commercial use only, with attribution")
+_MAX_LOCOMO_BYTES = 64 << 20  # the file is about 2.8 MB; anything far larger is not it
+
+
+def locomo_base_url() -> str:
+    """Where LoCoMo's files are served, by commit: `LME_LOCOMO_BASE_URL`, else raw.githubusercontent.com."""
+    return os.environ.get(LOCOMO_BASE_URL_ENV) or LOCOMO_REPO_BASE_URL
+
+
+def locomo_url(base_url: str | None = None, commit: str = LOCOMO_COMMIT) -> str:
+    from lme.data.folder import item
+
+    return f"{(base_url or locomo_base_url()).rstrip('/')}/{commit}/data/{item('locomo').filename}"
+
+
+def _download_url(url: str, staged: Path, shown_label: str, progress: bool | None, timeout_s: float,
+                  what: str) -> None:
+    """Stream `url` into `staged` with progress; one sentence for anything that goes wrong."""
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, headers={"User-Agent": "lme-data-fetch"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310 - http(s) URL
+            length = response.headers.get("Content-Length")
+            total = int(length) if length and length.isdigit() else None
+            with progress_display(shown_label, total, BYTES, enabled=progress is not False,
+                                  bar=True if progress else None) as shown, open(staged, "wb") as handle:
+                written = 0
+                for chunk in iter(lambda: response.read(1 << 16), b""):
+                    written += len(chunk)
+                    if written > _MAX_LOCOMO_BYTES:
+                        raise LmeError(f"{url}: larger than {_MAX_LOCOMO_BYTES} bytes, not {what}; nothing was kept.")
+                    handle.write(chunk)
+                    shown.update(len(chunk))
+    except urllib.error.HTTPError as exc:
+        raise LmeError(f"{url}: HTTP {exc.code}, so {what} was not fetched; nothing was kept.") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise LmeError(f"cannot download {url} ({reason}; no network?); nothing was kept: download it elsewhere and "
+                       f"put it into the data folder or pass dataset.path=FILE.") from None
+
+
+def fetch_locomo(
+    data_dir: str | Path,
+    *,
+    base_url: str | None = None,
+    commit: str = LOCOMO_COMMIT,
+    sha256: str = LOCOMO_SHA256,
+    progress: bool | None = True,
+    timeout_s: float = 60.0,
+) -> FetchResult:
+    """Download LoCoMo's `data/locomo10.json` at `commit` into `data_dir`, verified against `sha256`, or leave
+    nothing.
+
+    `base_url` (default `locomo_base_url()`: `LME_LOCOMO_BASE_URL` or raw GitHub) and `sha256` are for tests and
+    mirrors. A copy already in the data folder (`.json`, `.json.xz`, `.json.gz`, here or in `locomo/`) whose JSON
+    has the pinned digest is kept and nothing is downloaded; one with another digest is refused and kept.
+    `progress` as in `fetch_dataset`.
+    """
+    from lme.data.folder import item
+
+    data_dir = Path(data_dir).expanduser()
+    filename = item("locomo").filename
+    target = data_dir / filename
+    present = locate(data_dir, "locomo")
+    if present is not None and os.path.exists(present):
+        digest = content_sha256(present)
+        held = "" if present.name == filename else " (the JSON it holds)"
+        if digest != sha256:
+            raise LmeError(
+                f"{present} is present but has SHA-256 {digest}{held}, expected {sha256} (pinned in lme): not "
+                f"LoCoMo's file at commit {commit[:8]}, which runs would use as it is; delete it (or move it out of "
+                f"{data_dir}) and fetch again."
+            )
+        return FetchResult("locomo", present, digest, downloaded=False)
+
+    url = locomo_url(base_url, commit)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    with _staging_dir(data_dir, filename) as staging:
+        staged = staging / filename
+        _download_url(url, staged, f"fetch {filename}", progress, timeout_s, "LoCoMo's file")
+        digest = file_sha256(staged)
+        if digest != sha256:
+            raise LmeError(f"downloaded {filename} ({url}) has SHA-256 {digest}, expected {sha256} (pinned in lme); "
+                           f"the file was discarded.")
+        os.replace(staged, target)
+    return FetchResult("locomo", target, digest, downloaded=True)

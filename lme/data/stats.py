@@ -19,6 +19,11 @@ Definitions (bytes are UTF-8 bytes of turn contents, `lme.util.budget.utf8_len`'
 - `duplicate_session_ids`: questions whose history repeats an original session id;
 - `question_date_before_last_session`: the question is dated earlier than the
   history's latest session.
+
+These count every question as a history (LongMemEval's questions each have their own). LoCoMo's questions share
+their conversation: `locomo_stats` counts each conversation once (by the question id's part before `-q`), its
+questions per category, and reads from the parsed file what lme's questions no longer show (photo turns,
+adversarial questions with no `answer`, integer answers, evidence ids that name no turn).
 """
 
 from __future__ import annotations
@@ -189,3 +194,142 @@ def format_table(stats: DatasetStats) -> str:
             continue
         rows.append((key, _format_value(key, value), DESCRIPTIONS.get(key, key)))
     return "\n".join(f"| {key} | {value} | {meaning} |" for key, value, meaning in rows)
+
+
+# ----------------------------------------------------------------------------------------------
+# LoCoMo: questions share their conversation, so each history is counted once
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationStats:
+    """One LoCoMo conversation, as lme loaded it (and `photo_turns` from the file)."""
+
+    conversation: str  # the sample id (the question id's part before `-q`)
+    sessions: int
+    turns: int
+    photo_turns: int  # read from the file: turns with a `blip_caption`
+    questions: dict[str, int]  # selected questions per category, every category (0 when none)
+    history_bytes: int  # UTF-8 bytes of the turn texts as lme shows them (a photo's ` and shared ...` included)
+
+
+@dataclass(frozen=True, slots=True)
+class LocomoStats:
+    conversations: int
+    sessions: int
+    turns: int
+    photo_turns: int  # from the file
+    questions: int
+    categories: dict[str, int]
+    adversarial_without_answer: int  # from the file
+    integer_answers: int  # from the file
+    unresolved_evidence: int  # from the file (`lme.data.locomo.unresolved_evidence`), the selected questions'
+    history_bytes: int
+    per_conversation: tuple[ConversationStats, ...]
+
+
+def history_key(question: Question) -> str:
+    """The conversation a LoCoMo question belongs to: its id's part before `-q` (`conv-26-q017` -> `conv-26`).
+    The sessions tuple is no key: each question gets its own copies of the sessions that hold its evidence."""
+    return question.question_id.rsplit("-q", 1)[0]
+
+
+@dataclass(frozen=True, slots=True)
+class _FileFacts:
+    photo_turns: dict[str, int]  # sample id -> turns with a photo
+    no_answer: frozenset[str]  # question ids: adversarial, no `answer` field
+    integer: frozenset[str]  # question ids whose `answer` is a JSON integer
+    unresolved: dict[str, int]  # question id -> evidence ids that name no turn
+
+
+def _file_facts(data: Any) -> _FileFacts:
+    """What lme's questions no longer show, read from the parsed file (which lme's loader has already accepted)."""
+    from lme.data.locomo import unresolved_evidence
+
+    photos: dict[str, int] = {}
+    no_answer: set[str] = set()
+    integer: set[str] = set()
+    unresolved: dict[str, int] = {}
+    for record in data:
+        sample_id = record["sample_id"]
+        conversation = record["conversation"]
+        photos[sample_id] = sum(1 for key, turns in conversation.items()
+                                if key.startswith("session_") and isinstance(turns, list)
+                                for turn in turns if turn.get("blip_caption") is not None)
+        for n, qa in enumerate(record["qa"]):
+            question_id = f"{sample_id}-q{n:03d}"
+            if "answer" not in qa:
+                no_answer.add(question_id)
+            elif isinstance(qa["answer"], int) and not isinstance(qa["answer"], bool):
+                integer.add(question_id)
+            unresolved[question_id] = unresolved_evidence([{"conversation": conversation, "qa": [qa]}])
+    return _FileFacts(photos, frozenset(no_answer), frozenset(integer), unresolved)
+
+
+def locomo_stats(questions: Iterable[Question], data: Any, categories: tuple[str, ...]) -> LocomoStats:
+    """LoCoMo's counts over the selected questions: histories (sessions, turns, bytes, photos) once per
+    conversation, questions per category; the file-level facts (`data`, the parsed file) of those questions."""
+    facts = _file_facts(data)
+    rows: dict[str, dict[str, Any]] = {}
+    totals = dict.fromkeys(categories, 0)
+    selected: list[str] = []
+    for question in questions:
+        key = history_key(question)
+        selected.append(question.question_id)
+        if key not in rows:
+            rows[key] = {"sessions": len(question.sessions),
+                         "turns": sum(len(s.turns) for s in question.sessions),
+                         "bytes": sum(len(t.content.encode("utf-8")) for s in question.sessions for t in s.turns),
+                         "questions": dict.fromkeys(categories, 0)}
+        counts = rows[key]["questions"]
+        counts[question.question_type] = counts.get(question.question_type, 0) + 1
+        totals[question.question_type] = totals.get(question.question_type, 0) + 1
+    per = tuple(ConversationStats(key, row["sessions"], row["turns"], facts.photo_turns.get(key, 0),
+                                  row["questions"], row["bytes"]) for key, row in rows.items())
+    return LocomoStats(
+        conversations=len(per),
+        sessions=sum(r.sessions for r in per),
+        turns=sum(r.turns for r in per),
+        photo_turns=sum(r.photo_turns for r in per),
+        questions=len(selected),
+        categories=totals,
+        adversarial_without_answer=sum(q in facts.no_answer for q in selected),
+        integer_answers=sum(q in facts.integer for q in selected),
+        unresolved_evidence=sum(facts.unresolved.get(q, 0) for q in selected),
+        history_bytes=sum(r.history_bytes for r in per),
+        per_conversation=per,
+    )
+
+
+LOCOMO_DESCRIPTIONS: dict[str, str] = {
+    "conversations": "conversations (histories, each counted once)",
+    "sessions": "sessions, all conversations",
+    "turns": "turns, all conversations",
+    "photo_turns": "turns that share a photo (read from the file: `blip_caption`)",
+    "questions": "questions",
+    "adversarial_without_answer": "adversarial questions with no `answer` field (read from the file)",
+    "integer_answers": "questions whose `answer` is a JSON integer (read from the file)",
+    "unresolved_evidence": "evidence dialogue ids that name no turn (read from the file; dropped by the loader)",
+    "history_bytes": "UTF-8 bytes of turn text, all conversations (photos as lme shows them)",
+}
+
+
+def format_locomo_table(stats: LocomoStats) -> str:
+    """Two Markdown tables: the totals (key as in the JSON, value, meaning), then one row per conversation."""
+    rows = [("key", "value", "meaning"), ("---", "---:", "---")]
+    for key, value in asdict(stats).items():
+        if key == "per_conversation":
+            continue
+        if key == "categories":
+            rows.extend((f"categories.{name}", f"{count:,}", "questions of this category")
+                        for name, count in value.items())
+            continue
+        rows.append((key, f"{value:,}", LOCOMO_DESCRIPTIONS.get(key, key)))
+    lines = [f"| {key} | {value} | {meaning} |" for key, value, meaning in rows]
+    names = list(stats.categories)
+    lines += ["", "| conversation | sessions | turns | photo turns | " + " | ".join(names) + " | history bytes |",
+              "| --- |" + " ---: |" * (len(names) + 4)]
+    for row in stats.per_conversation:
+        counts = " | ".join(f"{row.questions.get(name, 0):,}" for name in names)
+        lines.append(f"| {row.conversation} | {row.sessions:,} | {row.turns:,} | {row.photo_turns:,} | {counts} | "
+                     f"{row.history_bytes:,} |")
+    return "\n".join(lines)

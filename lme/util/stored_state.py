@@ -642,6 +642,9 @@ ENVIRONMENT: tuple[EnvVar, ...] = (
            "refuse: one sentence naming the file"),
     EnvVar("LME_LOCOMO_JUDGE", "conf/judge/locomo_j.yaml (templates_path)", "Mem0's LoCoMo judge template file",
            "refuse: one sentence naming the file"),
+    EnvVar("LME_LOCOMO_BASE_URL", "lme.data.fetch (fetch_locomo)", "where `lme data fetch locomo` downloads LoCoMo's "
+           "file from, by commit (default raw.githubusercontent.com/snap-research/LoCoMo)",
+           "refuse: one sentence naming the URL; a file with another SHA-256 is discarded"),
     EnvVar("LME_STUDY_INSTRUCTIONS", "conf/instructions/study.yaml (source)", "the study's instructions file",
            "refuse: one sentence naming the file"),
     EnvVar("LME_ONNX_DIR", "lme.retrieval.onnx_runtime", "where ONNX exports of embedding models go",
