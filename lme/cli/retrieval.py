@@ -1,6 +1,7 @@
 """`python -m lme retrieval`: rank every selected question's turns and report LongMemEval's retrieval measures
 (recall_any, recall_all, ndcg_any @k, its definitions under its names) and lme's variants (suffixed `_all_roles`,
-`_all_turns`).
+`_all_turns`); on LoCoMo (`dataset=locomo`) lme's variants and LoCoMo's own recall (`locomo.turn.recall@k`,
+`locomo.session.recall@k`) in place of LongMemEval's, the JSON's `definitions` saying which.
 
     python -m lme retrieval [--json] [--k 1,5,10,50,100] [--user-turns-only] [overrides]
 
@@ -26,9 +27,11 @@ from lme.cli.parser import make_parser
 from lme.retrieval.metrics import (
     DEFAULT_KS,
     LEVELS,
+    LOCOMO,
     VARIANT_SUFFIX,
     QuestionScores,
     RetrievalReport,
+    locomo_name,
     metric_name,
     official_ks,
     score_question,
@@ -63,7 +66,9 @@ def _parser() -> argparse.ArgumentParser:
         "its names (recall_any, recall_all, ndcg_any), lme's variants suffixed _all_roles (turn level: assistant "
         "evidence turns count) and _all_turns (session level: any turn of an evidence session counts). Other "
         "arguments are config overrides, as for a run (+design=bm25 dataset.path=FILE limit=20 "
-        "tracking.enabled=false).",
+        "tracking.enabled=false). On LoCoMo (dataset=locomo) LongMemEval's measures are not reported (both "
+        "speakers' turns are evidence there): lme's variants and LoCoMo's recall (locomo.turn.recall@k, "
+        "locomo.session.recall@k) are.",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of Markdown tables")
     parser.add_argument("--k", type=parse_ks, default=DEFAULT_KS, metavar="K,K,...",
@@ -89,6 +94,9 @@ _TITLES = {
             "(n = questions with such a turn)",
     "session": "lme's session-level variants: any turn of an answer_session_ids session is a hit; textbook NDCG "
                "(n = questions with such a session)",
+    LOCOMO: "LoCoMo's recall (its evaluation.py recall_acc): the fraction of the evidence turns in the top k "
+            "turns, or whose session is in the top k sessions (n = every question, adversarial included; one "
+            "without evidence scores 1, as LoCoMo's code has it)",
 }
 
 
@@ -105,13 +113,27 @@ def markdown_tables(report: RetrievalReport, measures: Sequence[str] = VARIANTS_
                     official: Sequence[str] = OFFICIAL_SHOWN) -> str:
     """Markdown tables, rows overall + each type, columns at the report's k (the JSON also holds the official
     measures at the official script's k): the official measures at each level (`recall_any@k`, `ndcg_any@k`),
-    then lme's variants at each level (`recall_frac_all_roles@k`, `ndcg_all_roles@k`, ...)."""
-    blocks = [_table(report, f"{level} level, {_TITLES['official']}", "official",
-                     [metric_name(level, measure, k) for measure in official for k in report.ks]) for level in LEVELS]
+    then lme's variants at each level (`recall_frac_all_roles@k`, `ndcg_all_roles@k`, ...). Under LoCoMo's
+    definitions: lme's variants at each level, then LoCoMo's recall at both levels."""
+    locomo = report.definitions == LOCOMO
+    blocks = [] if locomo else [
+        _table(report, f"{level} level, {_TITLES['official']}", "official",
+               [metric_name(level, measure, k) for measure in official for k in report.ks]) for level in LEVELS]
     blocks += [_table(report, f"{level} level, {_TITLES[level]}", f"{level}_{VARIANT_SUFFIX[level]}",
                       [variant_name(level, measure, k) for measure in measures for k in report.ks])
                for level in LEVELS]
     missing = report.n_no_evidence
+    if locomo:
+        blocks.append(_table(report, _TITLES[LOCOMO], LOCOMO,
+                             [locomo_name(level, k) for level in LEVELS for k in report.ks]))
+        notes = (
+            f"{report.n_questions} questions ranked, under LoCoMo's definitions (LongMemEval's official measures "
+            f"do not apply); lme's variants leave out {report.n_abstention} adversarial (abstention), then "
+            f"{missing['turn_all_roles']} without a has_answer turn (_all_roles), "
+            f"{missing['session_all_turns']} without an evidence session (_all_turns); LoCoMo's recall averages "
+            f"all {report.n_questions}, the {report.n_without_evidence} without evidence scoring 1."
+        )
+        return "\n\n".join(blocks) + "\n\n" + notes
     notes = (
         f"{report.n_questions} questions ranked; left out: {report.n_abstention} abstention; then "
         f"{missing['official']} without a user turn marked has_answer (official), "
@@ -225,6 +247,7 @@ def _main(design: Design, options: argparse.Namespace) -> int:
         "retriever": name,
         "dataset": str(data_path),
         "user_turns_only": options.user_turns_only,
+        "definitions": report.definitions,
         **report.as_dict(),
         "seconds": round(seconds, 3),
     }

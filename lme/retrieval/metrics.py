@@ -22,8 +22,19 @@ counted once at its first position; textbook NDCG: DCG@k = Σ_{i=1..k} rel_i / l
 with <m> one of `recall_frac` (|E ∩ R_k| / |E|), `recall_any` (1 if E ∩ R_k is not empty), `recall_all`
 (1 if E ⊆ R_k), `ndcg` (textbook NDCG@k, binary gains).
 
-Abstention questions and, for each scope (`official`, `turn_all_roles`, `session_all_turns`), the questions
-that scope leaves out are counted and reported. `user_turns_view` restricts what is ranked (`lme retrieval
+LoCoMo questions (`Question.benchmark == "locomo"`) get no official measure: LongMemEval's definitions keep only
+the user's evidence turns, while on LoCoMo both speakers' turns are evidence. They get lme's variants as above and
+LoCoMo's own retrieval recall (its `task_eval/evaluation.py`, `recall_acc`), E being the turns marked `has_answer`:
+
+- `locomo.turn.recall@k`: |E ∩ R_k| / |E| over the turn ranking;
+- `locomo.session.recall@k`: the fraction of E whose session is among the first k sessions (sessions in the
+  order of their best-ranked turn; an evidence turn counts for its session, so two in one session count twice);
+
+averaged as LoCoMo's code averages them: over every question, adversarial (abstention) ones included, a question
+without evidence scoring 1 (scope `locomo`). A report is of one benchmark's definitions (`definitions`).
+
+Abstention questions and, for each scope (`official`, `turn_all_roles`, `session_all_turns`; on LoCoMo
+`turn_all_roles`, `session_all_turns`, `locomo`), the questions that scope leaves out are counted and reported. `user_turns_view` restricts what is ranked (`lme retrieval
 --user-turns-only`); it changes no definition. MLflow does not accept `@` in a metric name, so `mlflow_name`
 writes `turn.recall_any_at_10`.
 """
@@ -34,7 +45,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from lme.data.records import QUESTION_TYPES, Question
+from lme.data.records import LOCOMO_TYPES, QUESTION_TYPES, Question
 from lme.retrieval.official import OFFICIAL_KS, official_scores, officially_scored
 
 DEFAULT_KS: tuple[int, ...] = (1, 5, 10, 50, 100)
@@ -44,6 +55,11 @@ MEASURES: tuple[str, ...] = ("recall_frac", "recall_any", "recall_all", "ndcg") 
 VARIANT_SUFFIX: Mapping[str, str] = {"turn": "all_roles", "session": "all_turns"}
 # Who is averaged: the official scope (both levels), and lme's variants at each level.
 SCOPES: tuple[str, ...] = ("official", "turn_all_roles", "session_all_turns")
+# Which benchmark's definitions a report uses: LongMemEval's (the official measures) unless every question is
+# LoCoMo's (no official measure; LoCoMo's own recall, scope `locomo`).
+LONGMEMEVAL = "longmemeval"
+LOCOMO = "locomo"
+LOCOMO_SCOPES: tuple[str, ...] = ("turn_all_roles", "session_all_turns", LOCOMO)
 
 
 def _unique(items: Iterable[str]) -> list[str]:
@@ -103,8 +119,16 @@ def variant_name(level: str, measure: str, k: int) -> str:
     return metric_name(level, f"{measure}_{VARIANT_SUFFIX[level]}", k)
 
 
+def locomo_name(level: str, k: int) -> str:
+    """The name of LoCoMo's own recall at `level`: `locomo.turn.recall@10`."""
+    return f"{LOCOMO}.{level}.recall@{k}"
+
+
 def scope_of(name: str) -> str:
-    """Which questions a measure is averaged over: `official`, `turn_all_roles` or `session_all_turns`."""
+    """Which questions a measure is averaged over: `official`, `turn_all_roles`, `session_all_turns` or
+    `locomo`."""
+    if name.startswith(LOCOMO + "."):
+        return LOCOMO
     level, rest = name.split(".", 1)
     measure = rest.split("@", 1)[0]
     return f"{level}_{VARIANT_SUFFIX[level]}" if measure.endswith("_" + VARIANT_SUFFIX[level]) else "official"
@@ -154,6 +178,27 @@ def level_scores(ranked: Sequence[str], relevant: frozenset[str], level: str, ks
     }
 
 
+def locomo_scores(turn_ids: Sequence[str], evidence: frozenset[str], ks: Sequence[int]) -> dict[str, float]:
+    """LoCoMo's `recall_acc` at both levels and every k for one question: the fraction of its evidence turns
+    among the first k turns, and the fraction whose session is among the first k sessions; 1.0 for both when
+    it has no evidence (LoCoMo's code appends 1 then)."""
+    if not evidence:
+        return {locomo_name(level, k): 1.0 for level in LEVELS for k in ks}
+    turns = _unique(turn_ids)
+    sessions = sessions_in_rank_order(turns)
+    values: dict[str, float] = {}
+    for level in LEVELS:
+        for k in ks:
+            if level == "turn":
+                top = set(turns[:k])
+                found = sum(1 for turn_id in evidence if turn_id in top)
+            else:
+                top = set(sessions[:k])
+                found = sum(1 for turn_id in evidence if session_of_turn(turn_id) in top)
+            values[locomo_name(level, k)] = found / len(evidence)
+    return values
+
+
 def official_ks(ks: Sequence[int]) -> tuple[int, ...]:
     """The k of the official measures: those asked for and those the official script reports."""
     return tuple(sorted(set(ks) | set(OFFICIAL_KS)))
@@ -177,10 +222,14 @@ class QuestionScores:
     first_session_hit: int | None  # session rank (by best turn) of the best-ranked evidence session
     values: Mapping[str, float] = field(default_factory=dict)
     officially_scored: bool = False  # kept by the official average
+    benchmark: str = LONGMEMEVAL  # the question's benchmark (`Question.benchmark`)
 
     def scored(self, scope: str) -> bool:
-        """Whether the question counts in `scope`'s average (`official`, `turn_all_roles`, `session_all_turns`;
-        the bare levels `turn` and `session` name lme's variants)."""
+        """Whether the question counts in `scope`'s average (`official`, `turn_all_roles`, `session_all_turns`,
+        `locomo`: every LoCoMo question, as LoCoMo's code averages; the bare levels `turn` and `session` name
+        lme's variants)."""
+        if scope == LOCOMO:
+            return self.benchmark == LOCOMO
         if self.abstention:
             return False
         if scope == "official":
@@ -194,14 +243,18 @@ def score_question(
     official_k: Sequence[int] | None = None,
 ) -> QuestionScores:
     """The measures of one question's turn ranking: lme's variants at `ks`, the official ones at `official_k`
-    (default: `ks` and the official script's k). The official ones read the ranking's user turns only."""
+    (default: `ks` and the official script's k). The official ones read the ranking's user turns only. A LoCoMo
+    question gets LoCoMo's own recall at `ks` in place of the official measures."""
     turns = turn_evidence(question)
     sessions = session_evidence(question)
     ranked_sessions = sessions_in_rank_order(turn_ids)
-    kept = officially_scored(question)
+    locomo = question.benchmark == LOCOMO
+    kept = not locomo and officially_scored(question)
     values: dict[str, float] = {}
     if kept:
         values.update(official_scores(question, turn_ids, official_ks(ks) if official_k is None else official_k))
+    if locomo:
+        values.update(locomo_scores(turn_ids, turns, ks))
     if not question.is_abstention:
         if turns:
             values.update(level_scores(turn_ids, turns, "turn", ks))
@@ -217,6 +270,7 @@ def score_question(
         first_session_hit=_first_hit(ranked_sessions, sessions),
         values=values,
         officially_scored=kept,
+        benchmark=question.benchmark,
     )
 
 
@@ -226,7 +280,7 @@ class GroupScores:
 
     name: str
     n_questions: int  # non-abstention questions in the group
-    n_scored: Mapping[str, int]  # scope -> questions averaged in that scope
+    n_scored: Mapping[str, int]  # scope -> questions averaged in that scope (`locomo`: abstention included)
     values: Mapping[str, float]  # metric name -> mean (absent for a scope nobody was scored in)
 
 
@@ -238,7 +292,10 @@ class RetrievalReport:
     n_no_evidence: Mapping[str, int]  # scope -> non-abstention questions that scope leaves out
     overall: GroupScores
     by_type: tuple[GroupScores, ...]
-    official_ks: tuple[int, ...] = ()  # of the official measures
+    official_ks: tuple[int, ...] = ()  # of the official measures (none under LoCoMo's definitions)
+    definitions: str = LONGMEMEVAL  # whose definitions: `longmemeval` (official + lme's) or `locomo` (lme's + LoCoMo's)
+    scopes: tuple[str, ...] = SCOPES  # the scopes averaged (`LOCOMO_SCOPES` under LoCoMo's definitions)
+    n_without_evidence: int = 0  # questions, abstention included, without a has_answer turn (LoCoMo: scored 1)
 
     def groups(self) -> tuple[GroupScores, ...]:
         return (self.overall, *self.by_type)
@@ -250,11 +307,13 @@ class RetrievalReport:
             "n_questions": float(self.n_questions),
             "n_abstention": float(self.n_abstention),
         }
-        for scope in SCOPES:
+        if self.definitions == LOCOMO:
+            metrics["n_without_evidence"] = float(self.n_without_evidence)
+        for scope in self.scopes:
             metrics[f"{scope}.n_no_evidence"] = float(self.n_no_evidence[scope])
         for group in self.groups():
             suffix = "" if group is self.overall else f".{group.name}"
-            for scope in SCOPES:
+            for scope in self.scopes:
                 metrics[f"{scope}.n_scored{suffix}"] = float(group.n_scored[scope])
             for name, value in group.values.items():
                 metrics[mlflow_name(name) + suffix] = value
@@ -264,6 +323,17 @@ class RetrievalReport:
         def group_dict(group: GroupScores) -> dict[str, object]:
             return {"n_questions": group.n_questions, "n_scored": dict(group.n_scored), "metrics": dict(group.values)}
 
+        if self.definitions == LOCOMO:
+            return {
+                "definitions": LOCOMO,
+                "ks": list(self.ks),
+                "n_questions": self.n_questions,
+                "n_abstention": self.n_abstention,
+                "n_without_evidence": self.n_without_evidence,
+                "n_no_evidence": dict(self.n_no_evidence),
+                "overall": group_dict(self.overall),
+                "by_type": {group.name: group_dict(group) for group in self.by_type},
+            }
         return {
             "ks": list(self.ks),
             "official_ks": list(self.official_ks),
@@ -275,29 +345,47 @@ class RetrievalReport:
         }
 
 
-def _group(name: str, scores: Sequence[QuestionScores]) -> GroupScores:
-    answerable = [score for score in scores if not score.abstention]
-    n_scored = {scope: sum(1 for score in answerable if score.scored(scope)) for scope in SCOPES}
-    names = _unique(name for score in answerable for name in score.values)
+def _group(name: str, scores: Sequence[QuestionScores], scopes: Sequence[str]) -> GroupScores:
+    n_scored = {scope: sum(1 for score in scores if score.scored(scope)) for scope in scopes}
+    names = _unique(name for score in scores for name in score.values)
     values = {}
     for metric in names:
         scope = scope_of(metric)
-        values[metric] = math.fsum(s.values[metric] for s in answerable if s.scored(scope)) / n_scored[scope]
-    return GroupScores(name=name, n_questions=len(answerable), n_scored=n_scored, values=values)
+        values[metric] = math.fsum(s.values[metric] for s in scores if s.scored(scope)) / n_scored[scope]
+    return GroupScores(name=name, n_questions=sum(1 for s in scores if not s.abstention), n_scored=n_scored,
+                       values=values)
+
+
+def definitions_of(scores: Sequence[QuestionScores]) -> str:
+    """`locomo` when every question is LoCoMo's, else `longmemeval`; one report never mixes the two."""
+    benchmarks = {score.benchmark == LOCOMO for score in scores}
+    if len(benchmarks) > 1:
+        raise ValueError("a retrieval report is of one benchmark's definitions: LoCoMo's questions cannot be "
+                         "averaged with others.")
+    return LOCOMO if benchmarks == {True} else LONGMEMEVAL
 
 
 def summarise(scores: Sequence[QuestionScores], ks: Sequence[int] = DEFAULT_KS,
               official_k: Sequence[int] | None = None) -> RetrievalReport:
-    """Means overall and per type (types in LongMemEval's order, those with an answerable question)."""
+    """Means overall and per type (types in the benchmark's order: LongMemEval's, those with an answerable
+    question; LoCoMo's categories, those with any question)."""
+    definitions = definitions_of(scores)
+    scopes = LOCOMO_SCOPES if definitions == LOCOMO else SCOPES
     answerable = [score for score in scores if not score.abstention]
-    known = [name for name in QUESTION_TYPES if any(s.question_type == name for s in answerable)]
-    others = sorted({s.question_type for s in answerable} - set(known))
+    shown = [score for score in scores if not score.abstention or any(score.scored(scope) for scope in scopes)]
+    order = LOCOMO_TYPES if definitions == LOCOMO else QUESTION_TYPES
+    known = [name for name in order if any(s.question_type == name for s in shown)]
+    others = sorted({s.question_type for s in shown} - set(known))
     return RetrievalReport(
         ks=tuple(ks),
         n_questions=len(scores),
         n_abstention=len(scores) - len(answerable),
-        n_no_evidence={scope: sum(1 for s in answerable if not s.scored(scope)) for scope in SCOPES},
-        overall=_group("overall", scores),
-        by_type=tuple(_group(name, [s for s in scores if s.question_type == name]) for name in known + others),
-        official_ks=official_ks(ks) if official_k is None else tuple(official_k),
+        n_no_evidence={scope: sum(1 for s in answerable if not s.scored(scope)) for scope in scopes},
+        overall=_group("overall", scores, scopes),
+        by_type=tuple(_group(name, [s for s in scores if s.question_type == name], scopes)
+                      for name in known + others),
+        official_ks=() if definitions == LOCOMO else (official_ks(ks) if official_k is None else tuple(official_k)),
+        definitions=definitions,
+        scopes=scopes,
+        n_without_evidence=sum(1 for s in scores if s.turn_evidence == 0) if definitions == LOCOMO else 0,
     )

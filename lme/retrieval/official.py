@@ -23,6 +23,9 @@ with the question) is completed here with the unranked user turns in history ord
 ranking depend on that order; turns other than the user's in a ranking are skipped. Metric names: the official
 ones, `<level>.<measure>@<k>` with measures `recall_any`, `recall_all`, `ndcg_any` (`session.recall_any@10`);
 lme's own variants carry a suffix (`lme.retrieval.metrics`). Older runs stored these as `official.<name>`.
+
+They are LongMemEval's alone: `lme.retrieval.metrics.score_question` does not compute them for a LoCoMo question
+(both speakers' turns are evidence there; it gets LoCoMo's own recall instead).
 """
 
 from __future__ import annotations
