@@ -160,6 +160,11 @@ class Outcome:
     judge_error: str | None = None  # the verdict on the final answer is missing: why (its judge call failed)
     memory: CallStats = field(default_factory=CallStats)  # a model-built memory's calls, summed over the steps
     memory_error: str | None = None  # a memory step failed (`MemoryFailed`): no answer, and why
+    # A LoCoMo question's scoring inputs (`locomo_fields`). Any other benchmark's outcome has category 0 and its row
+    # omits the three keys (`outcome_row`); the row parser knows plain types, so no None here.
+    category: int = 0  # LoCoMo's category number, 1-5; 0: not a LoCoMo question
+    reference_answer: str = ""  # the reference as LoCoMo scores it (`scored_reference`)
+    locomo_f1: float = 0.0  # LoCoMo's F1 of `answer` (a missing answer: 0.0)
 
     @property
     def complete(self) -> bool:
@@ -176,7 +181,7 @@ class Outcome:
         """The journal row: the outcome's fields and `"format": JOURNAL_FORMAT`, on one line. Text is kept as
         it is (UTF-8) unless it holds something UTF-8 cannot carry (a lone surrogate in a model's reply): that
         row is written with JSON escapes instead, and reads back the same."""
-        row = {"format": JOURNAL_FORMAT, **asdict(self)}
+        row = {"format": JOURNAL_FORMAT, **outcome_row(self)}
         line = json.dumps(row, ensure_ascii=False, sort_keys=True)
         try:
             line.encode("utf-8")
@@ -190,6 +195,34 @@ class Outcome:
         error); `LmeError` for a row of another format (a newer lme wrote it) or of the wrong shape (see
         `outcome_from_row`)."""
         return outcome_from_row(raw, source)
+
+
+LOCOMO_KEYS = ("category", "reference_answer", "locomo_f1")  # an outcome row's keys only a LoCoMo question has
+
+
+def outcome_row(outcome: Outcome) -> dict[str, Any]:
+    """The outcome as a row (`asdict`), without `LOCOMO_KEYS` when it is not a LoCoMo question's (`category` 0):
+    a LongMemEval row keeps exactly the keys it had before LoCoMo came."""
+    row = asdict(outcome)
+    if not outcome.category:
+        for key in LOCOMO_KEYS:
+            del row[key]
+    return row
+
+
+def locomo_fields(question: Question, answer: str | None) -> dict[str, Any]:
+    """What LoCoMo's measures are computed from, for a LoCoMo question (`{}` for any other): its `category`
+    number, the `reference_answer` as LoCoMo scores it (`scored_reference` of the question's answer: for an
+    adversarial question without one, lme's "Not mentioned in the conversation", which category 5's rule never
+    reads) and the `locomo_f1` of the final answer (a missing answer scores 0.0)."""
+    if question.benchmark != "locomo":
+        return {}
+    from lme.reporting.locomo_f1 import category_number, question_f1, scored_reference
+
+    number = category_number(question.question_type)
+    reference = scored_reference(question.answer, None, number)
+    return {"category": number, "reference_answer": reference,
+            "locomo_f1": question_f1(answer, reference, number)}
 
 
 def journal_format(value: Any, source: str | Path | None = None) -> int:
@@ -733,6 +766,7 @@ def _outcome(asking: _Asking, steps: list[Step], answer: str | None, verdict: Ve
         judge_error=verdict.error if verdict is not None else None,
         memory=CallStats.total(s.memory for s in steps),
         memory_error=memory_error,
+        **locomo_fields(question, answer),
     )
 
 

@@ -5,6 +5,12 @@
         a missing answer is written as ""), then lme's verdicts for that job in the format of
         print_qa_metrics.py. Without --out the JSONL goes to stdout and the summary to stderr.
 
+        For a LoCoMo job (its rows carry LoCoMo's `category`), the file LoCoMo's task_eval code reads instead:
+        the run's data file (the one its MLflow dataset input names, or --data FILE; either must have the
+        run's `dataset.sha256`) with lme's final answer under --prediction-key (default lme_prediction) in each
+        answered qa item; only the run's questions are written (LoCoMo's scorer stops on an item without the
+        key), every item with --keep-unselected. The summary is LoCoMo's stats lines for lme's F1 and lme's J.
+
     python -m lme import-eval FILE (--run RUN_ID | --ref DATASET_FILE) [--json] [tracking.uri=...]
         An official .eval-results-* file as verdicts: its summary lines (print_qa_metrics.py's
         format) and, with --run, lme's for that job next to them, with the questions whose
@@ -26,9 +32,12 @@ from lme.util.errors import LmeError
 from lme.util.files import write_text_atomic
 from lme.util.secrets import clean
 from lme.reporting.interop import (
+    LOCOMO_PREDICTION_KEY,
     OFFICIAL_JUDGE_MODEL,
     compare_verdicts,
     hypotheses_jsonl,
+    locomo_prediction_file,
+    locomo_prediction_json,
     official_summary_lines,
     read_eval_results,
 )
@@ -92,9 +101,17 @@ def export_main(argv: Sequence[str]) -> int:
                          "Write a job's answers as LongMemEval's hypothesis JSONL (missing answers as \"\").")
     parser.add_argument("run", metavar="RUN_ID", help="a job run's id or name")
     parser.add_argument("--out", type=Path, metavar="FILE", help="the hypothesis file (default: stdout)")
+    parser.add_argument("--prediction-key", default=LOCOMO_PREDICTION_KEY, metavar="KEY",
+                        help=f"LoCoMo: the qa items' key for lme's answer (default {LOCOMO_PREDICTION_KEY})")
+    parser.add_argument("--data", type=Path, metavar="FILE",
+                        help="LoCoMo: the run's data file, when it is no longer where the run read it")
+    parser.add_argument("--keep-unselected", action="store_true",
+                        help="LoCoMo: write every qa item, those the run did not ask without the key")
     args = parser.parse_args(rest)
     settings = tracking_settings(overrides)
     run, rows = job_rows(settings, args.run)
+    if any(row.get("category") for row in rows):
+        return _export_locomo(settings, run, rows, args)
     text = hypotheses_jsonl(clean(rows))  # lme.util.secrets: a hypothesis never carries a secret out
     missing = sum(1 for row in rows if row.get("answer") is None)
     verdicts, types = lme_verdicts(rows)
@@ -109,6 +126,69 @@ def export_main(argv: Sequence[str]) -> int:
         return 0
     write_text_atomic(args.out, text)
     print(f"wrote {len(rows)} hypotheses to {args.out} ({missing} missing answers written as an empty hypothesis)")
+    print("\n".join(summary), flush=True)
+    return 0
+
+
+def recorded_data_path(settings, run) -> Path | None:
+    """The data file the job read, as its MLflow dataset input records it (None when it logged none)."""
+    from lme.tracking.runs import client_for
+
+    inputs = client_for(settings, create=False).get_run(run.run_id).inputs
+    for dataset_input in (inputs.dataset_inputs if inputs else []):
+        try:
+            uri = json.loads(dataset_input.dataset.source).get("uri")
+        except (TypeError, ValueError, AttributeError):
+            continue
+        if uri:
+            return Path(uri)
+    return None
+
+
+def run_data(settings, run, given: Path | None) -> tuple[Path, Any]:
+    """The job's data file (`given`, else the recorded one), checked against the run's `dataset.sha256`, parsed."""
+    from lme.util.hashing import file_sha256
+
+    path = given or recorded_data_path(settings, run)
+    if path is None:
+        raise LmeError(f"job run {run.name} ({run.run_id}) records no data file; name it with --data FILE.")
+    if not path.is_file():
+        raise LmeError(f"{path}: the data file of job run {run.name} is not there; name where it is with --data FILE.")
+    expected = run.params.get("dataset.sha256")
+    digest = file_sha256(path)
+    if expected and digest != expected:
+        raise LmeError(f"{path}: SHA-256 {digest} differs from job run {run.name}'s dataset.sha256 {expected}: not the "
+                       "file the run read.")
+    try:
+        return path, json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise LmeError(f"{path}: cannot read it as a JSON file ({exc}).") from None
+
+
+def _export_locomo(settings, run, rows: Sequence[Mapping[str, Any]], args) -> int:
+    """`export` of a LoCoMo job: the data file with lme's answers under the prediction key, and the summary."""
+    from lme.reporting.locomo_f1 import locomo_stats_text
+    from lme.reporting.measures import locomo_metrics
+
+    path, data = run_data(settings, run, args.data)
+    records = locomo_prediction_file(data, clean(list(rows)), args.prediction_key, args.keep_unselected, path)
+    text = locomo_prediction_json(records)
+    metrics = locomo_metrics(rows)
+    missing = sum(1 for row in rows if row.get("answer") is None)
+    summary = [
+        f"lme's LoCoMo F1 for {run.name} ({run.run_id}) in the format of LoCoMo's analyze_aggr_acc (each score "
+        "rounded to 3 places, as its evaluate_qa.py stores them); a missing answer scores 0:",
+        locomo_stats_text((row["category"], float(row["locomo_f1"] or 0.0)) for row in rows),
+        f"J without adversarial (categories 1-4; {_judge_words(run)}): "
+        + (f"{metrics['locomo.j_without_adversarial']:.3f}" if "locomo.j_without_adversarial" in metrics else "none"),
+    ]
+    if args.out is None:
+        sys.stdout.write(text)
+        print("\n".join(summary), file=sys.stderr, flush=True)
+        return 0
+    write_text_atomic(args.out, text)
+    print(f"wrote {len(rows)} answers under {args.prediction_key!r} into {len(records)} conversations of {path} to "
+          f"{args.out} ({missing} missing answers written as \"\")")
     print("\n".join(summary), flush=True)
     return 0
 

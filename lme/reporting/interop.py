@@ -1,5 +1,7 @@
 """Interoperation with LongMemEval's own evaluation scripts (pure functions).
 
+- LoCoMo export: a LoCoMo job's answers as the file LoCoMo's `task_eval` code reads (`locomo_prediction_file`,
+  below).
 - Export: a job's answers as the hypothesis file LongMemEval's `src/evaluation/evaluate_qa.py`
   grades, one JSON object per line: `{"question_id": ..., "hypothesis": ...}`. A missing or
   failed answer is written as an empty hypothesis (`""`), so the official grader sees every
@@ -51,6 +53,68 @@ def hypothesis_records(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, str]
 
 def hypotheses_jsonl(rows: Iterable[Mapping[str, Any]]) -> str:
     return "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in hypothesis_records(rows))
+
+
+# --- LoCoMo export ----------------------------------------------------------------------------------
+
+LOCOMO_PREDICTION_KEY = "lme_prediction"  # LoCoMo's own runs name it "<model>_prediction"
+
+
+def locomo_question_place(question_id: str) -> tuple[str, int]:
+    """(sample_id, index in that conversation's `qa` list) of a LoCoMo question id (`conv-26-q017` -> ("conv-26",
+    17)), as `lme.data.locomo` makes them; `DataError` for an id of another shape."""
+    sample_id, sep, number = question_id.rpartition("-q")
+    if not sep or not sample_id or not number.isdigit():
+        raise DataError(f"question {question_id}: not a LoCoMo question id (<sample_id>-q<index>, e.g. conv-26-q017).")
+    return sample_id, int(number)
+
+
+def locomo_prediction_file(data: Any, rows: Iterable[Mapping[str, Any]], prediction_key: str = LOCOMO_PREDICTION_KEY,
+                           keep_unselected: bool = False, source: str | Path = "the LoCoMo file") -> list[dict[str, Any]]:
+    """The LoCoMo file `data` (its parsed records) with each answered question's final answer under
+    `prediction_key` in its `qa` item: the file LoCoMo's `task_eval` code scores (`eval_question_answering(qa,
+    prediction_key)`, then `analyze_aggr_acc` with the data file as its annotations). A missing answer is written
+    as "" (LoCoMo's code cannot read a null; "" scores 0 there as lme's missing answer does).
+
+    LoCoMo's scorer reads `item[prediction_key]` for every `qa` item it is given (an item without the key stops
+    it with a KeyError), and its stats count every item in a category's total, scored or not. So by default only
+    the run's questions are written: each conversation keeps its other fields and, in its `qa`, the items the run
+    answered, in file order; a conversation with none of them is left out. `keep_unselected` writes every
+    conversation and item, those the run did not select without the key (for reading, not for LoCoMo's scorer).
+    A row whose question is not in `data` is a `DataError`."""
+    answers: dict[tuple[str, int], str] = {}
+    for row in rows:
+        answer = row.get("answer")
+        answers[locomo_question_place(str(row["question_id"]))] = "" if answer is None else str(answer)
+    if not isinstance(data, list):
+        raise DataError(f"{source}: a LoCoMo file holds a JSON array of conversations, not {type(data).__name__}.")
+    found: set[tuple[str, int]] = set()
+    records: list[dict[str, Any]] = []
+    for record in data:
+        sample_id = str(record.get("sample_id")) if isinstance(record, dict) else "?"
+        if not isinstance(record, dict) or not isinstance(record.get("qa"), list):
+            raise DataError(f"{source}: conversation {sample_id[:40]}: field qa is missing or not a list.")
+        items: list[dict[str, Any]] = []
+        for index, item in enumerate(record["qa"]):
+            place = (sample_id, index)
+            if place in answers:
+                found.add(place)
+                items.append({**item, prediction_key: answers[place]})
+            elif keep_unselected:
+                items.append(dict(item))
+        if items or keep_unselected:
+            records.append({**record, "qa": items})
+    lost = sorted(set(answers) - found)
+    if lost:
+        sample_id, index = lost[0]
+        raise DataError(f"{source}: question {sample_id}-q{index:03d} of the run is not in the file (no qa item {index} "
+                        f"in conversation {sample_id}; {len(lost)} such questions): is this the file the run read?")
+    return records
+
+
+def locomo_prediction_json(records: Sequence[Mapping[str, Any]]) -> str:
+    """The records as LoCoMo's own output files are written (a JSON array, indent 2), UTF-8 kept."""
+    return json.dumps(list(records), indent=2, ensure_ascii=False) + "\n"
 
 
 # --- import ---------------------------------------------------------------------------------------

@@ -610,3 +610,30 @@ def cost_summary(runs: Sequence[Sequence[Mapping[str, Any]]]) -> CostSummary:
         memory_cost_usd=total(memory, "cost_usd"),
         memory_spent_usd=total(memory, "spent_usd"),
     )
+
+
+def locomo_metrics(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """LoCoMo's measures of a job from its outcome rows (those with a `category`, i.e. LoCoMo questions; none:
+    `{}`): `locomo.f1` (the mean F1 over every question, adversarial included, as LoCoMo's own stats line
+    "Overall accuracy" pools them, but unrounded: LoCoMo rounds each score to 3 places first, see
+    `lme.reporting.locomo_f1.locomo_stats`), `locomo.f1_without_adversarial` (categories 1-4),
+    `locomo.f1.<category name>` per category present, and the judge's accuracy over categories 1-4 as
+    `locomo.j_without_adversarial` (J, the figure Mem0-style papers report; a missing answer or verdict is
+    wrong). A mean over no question is left out."""
+    from lme.reporting.locomo_f1 import category_name, f1_summary
+
+    scored = [row for row in rows if row.get("category")]  # 0 or absent: not a LoCoMo question
+    if not scored:
+        return {}
+    summary = f1_summary((row["category"], float(row.get("locomo_f1") or 0.0)) for row in scored)
+    metrics: dict[str, float] = {}
+    if summary["overall"]["mean"] is not None:
+        metrics["locomo.f1"] = summary["overall"]["mean"]
+    if summary["overall_without_adversarial"]["mean"] is not None:
+        metrics["locomo.f1_without_adversarial"] = summary["overall_without_adversarial"]["mean"]
+    metrics |= {f"locomo.f1.{name}": part["mean"] for name, part in summary["per_category"].items()}
+    judged = [bool(row.get("correct")) and row.get("answer") is not None and not row.get("judge_error")
+              for row in scored if category_name(row["category"]) != "adversarial"]
+    if judged:
+        metrics["locomo.j_without_adversarial"] = sum(judged) / len(judged)
+    return metrics

@@ -17,7 +17,7 @@ import sys
 import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from lme.config.design import Design, plain
 from lme.util.errors import EXIT_BAD_INPUT, EXIT_BUDGET, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_SYSTEMIC, LmeError
 from lme.util.hashing import file_sha256_known, sha256_json
 from lme.judge import JudgeLabel
-from lme.reporting.measures import run_measures
+from lme.reporting.measures import locomo_metrics, run_measures
 from lme.models.cache import CallCache
 from lme.models.gateway import Gateway, SystemicFailure, preflight
 from lme.models.ledger import BudgetExhausted, Ledger
@@ -35,7 +35,7 @@ from lme.models.litellm_loader import import_litellm, warm_call_path
 from lme.provenance.prereg import check_run
 from lme.study.resume import (budget_stop_message, interrupted_message, job_resume_command, store_stop_message,
                         systemic_stop_message)
-from lme.answer.run import FIRST_PASS, Journal, Outcome, error_class, run_questions
+from lme.answer.run import FIRST_PASS, Journal, Outcome, error_class, outcome_row, run_questions
 from lme.tracking.runs import (OUTCOMES_ARTIFACT, PARENT_ENV, DataInput, job_run_name, note_stop, open_run, run_stamp,
                           ui_hint)
 
@@ -225,12 +225,13 @@ def outcome_table(outcomes: list[Outcome]) -> list[dict[str, Any]]:
         "memory_cost_usd": round(o.memory.cost_usd, 8),
         "memory_bytes": o.memory_bytes,
         "memory_error": o.memory_error,
+        **({"category": o.category, "locomo_f1": o.locomo_f1} if o.category else {}),
     } for o in outcomes]
 
 
 def write_csv(outcomes: list[Outcome], path: Path, rows: list[dict[str, Any]] | None = None) -> None:
-    """The outcomes as one flat CSV row each; `rows`: their `asdict`, when the caller has it already."""
-    rows = [asdict(o) for o in outcomes] if rows is None else rows
+    """The outcomes as one flat CSV row each; `rows`: their `outcome_row`s, when the caller has them already."""
+    rows = [outcome_row(o) for o in outcomes] if rows is None else rows
     flat = [{k: v for k, v in row.items() if not isinstance(v, (dict, list))} | {
         f"{part}_{k}": v for part in ("reader", "judge", "memory") for k, v in row[part].items()
     } | {
@@ -452,7 +453,8 @@ def _write_results(outcomes: list[Outcome], out_dir: Path, journal: Journal, tra
     correct = {o.question_id: o.correct for o in outcomes}
     abstention = {o.question_id for o in outcomes if o.abstention}
     metrics = run_measures(correct, types, abstention).as_metrics() | cost_metrics(outcomes)
-    rows = [asdict(o) for o in outcomes]  # once: the step metrics and the CSV both read them
+    rows = [outcome_row(o) for o in outcomes]  # once: the step metrics, LoCoMo's measures and the CSV read them
+    metrics |= locomo_metrics(rows)  # a LoCoMo job's F1 and J (nothing for LongMemEval's questions)
     metrics |= run_step_metrics(rows)
     write_csv(outcomes, out_dir / "outcomes.csv", rows)
     from lme.util.files import write_text_atomic
@@ -596,7 +598,8 @@ def print_summary(design: str, seed: int, judge: str, label: JudgeLabel, metrics
         f"design {design}, seed {seed}: accuracy {metrics['accuracy']:.3f} "
         f"({int(metrics['n_correct'])}/{int(metrics['n_questions'])})"
         + (f"; {failures}" if failures else "")
-        + f"; task-averaged {metrics['task_averaged_accuracy']:.3f}; judge {judge}{judge_note}",
+        + f"; task-averaged {metrics['task_averaged_accuracy']:.3f}; judge {judge}{judge_note}"
+        + locomo_summary(metrics),
         f"  model calls made {int(metrics['model_calls_made'])}, reader cost ${metrics['reader_cost_usd']:.4f}, "
         f"judge cost ${metrics['judge_cost_usd']:.4f}"
         + (f", memory-model cost ${metrics['memory_model_cost_usd']:.4f}" if "memory_model_cost_usd" in metrics else "")
@@ -609,6 +612,20 @@ def print_summary(design: str, seed: int, judge: str, label: JudgeLabel, metrics
         _STAND_INS_NOTED.add(tuple(stand_ins))
         lines.append(f"  {stand_ins_note(stand_ins)}.")
     print("\n".join(lines), flush=True)
+
+
+def locomo_summary(metrics: Mapping[str, float]) -> str:
+    """A LoCoMo job's measures for its summary line ('' without them): `; LoCoMo F1 0.412 (locomo.f1), 0.380
+    without adversarial (locomo.f1_without_adversarial); J without adversarial 0.650 (locomo.j_without_adversarial)`."""
+    if "locomo.f1" not in metrics:
+        return ""
+    text = f"; LoCoMo F1 {metrics['locomo.f1']:.3f} (locomo.f1)"
+    if "locomo.f1_without_adversarial" in metrics:
+        text += (f", {metrics['locomo.f1_without_adversarial']:.3f} without adversarial "
+                 "(locomo.f1_without_adversarial)")
+    if "locomo.j_without_adversarial" in metrics:
+        text += f"; J without adversarial {metrics['locomo.j_without_adversarial']:.3f} (locomo.j_without_adversarial)"
+    return text
 
 
 _STAND_INS_NOTED: set[tuple[str, ...]] = set()  # the stand-ins whose note this process has printed
