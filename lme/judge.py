@@ -171,10 +171,15 @@ class Judge:
     def digests(self) -> dict[str, str]:
         return {key: sha256_text(text) for key, text in self.templates.items()}
 
+    def calls_for(self, question: Question) -> bool:
+        """Whether an answer to `question` is judged by a model call (not for LoCoMo's adversarial questions under
+        `locomo_j`, which follow LoCoMo's rule): traces show a prompt and estimates count one only then."""
+        return not (self.protocol == "locomo_j" and locomo_judge.is_adversarial(question.question_type))
+
     async def judge(self, gateway: Gateway, question: Question, answer: str | None) -> Verdict:
         if answer is None or not answer.strip():
             return Verdict(correct=False, reply=None, call=None, note="missing answer counts as wrong")
-        if self.protocol == "locomo_j" and locomo_judge.is_adversarial(question.question_type):
+        if not self.calls_for(question):
             return Verdict(correct=locomo_judge.adversarial_correct(answer), reply=None, call=None,
                            note=locomo_judge.ADVERSARIAL_NOTE)
         prompt = build_judge_prompt(self.templates, question, answer)

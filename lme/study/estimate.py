@@ -127,7 +127,7 @@ def seed_estimate(
     cached_keys: set[str],
     reader_prices: tuple[float, float] | None,
     max_output: int,
-    judge_base_tokens: Sequence[int] | None,
+    judge_base_tokens: Sequence[int | None] | None,  # per question; None: no judge call
     judge_prices: tuple[float, float] | None,
     judge_max_output: int,
 ) -> SeedEstimate:
@@ -158,6 +158,8 @@ def seed_estimate(
                 low_tokens += read.input_tokens
             high_in += read.input_tokens
             high_calls += 1
+        if judge_base_tokens is not None and judge_base_tokens[index] is None:
+            continue  # judged by a rule, no call
         judge_calls += answers
         if judge_base_tokens is not None:
             judge_in += answers * (judge_base_tokens[index] + max_output)
@@ -261,7 +263,7 @@ class _Counted:
     certain or may, and the cross-run stage's input and judge tokens per question it may read."""
 
     reads: list[list[ReadCost]]
-    judge_base: list[int]
+    judge_base: list[int | None]
     rules_certain: Counter[str]
     rules_possible: Counter[str]
     stage_reads: list[int]
@@ -329,15 +331,18 @@ def _count_questions(design: Design, plan: _Plan, judge: Any, questions: Sequenc
     for number, question in enumerate(questions, 1):
         question_reads, memories = _question_reads(design, plan, question, seeds, counted.rules_certain)
         counted.reads.append(question_reads)
-        judge_tokens = 0
+        judge_tokens: int | None = 0
         if judge is not None:
-            prompt = build_judge_prompt(judge.templates, question, "")
-            judge_tokens = count_input_tokens(judge.model.model, [{"role": "user", "content": prompt}])
+            judge_tokens = None  # no judge call (LoCoMo's adversarial questions under locomo_j follow a rule)
+            if judge.calls_for(question):
+                prompt = build_judge_prompt(judge.templates, question, "")
+                judge_tokens = count_input_tokens(judge.model.model, [{"role": "user", "content": prompt}])
             counted.judge_base.append(judge_tokens)
         if stage is not None and plan.stage_builder is not None and (stage.select is None
                                                                      or stage.select.fires(question.question, None)):
             counted.stage_reads.append(_stage_tokens(plan, question, memories, seeds, max_output))
-            counted.stage_judge.append(judge_tokens)
+            if judge_tokens is not None:
+                counted.stage_judge.append(judge_tokens)
         if progress and number % 50 == 0:
             print(f"  {number}/{len(questions)} memories built", file=sys.stderr, flush=True)
     counted.rules_possible.update(step.rule.name for step in rules if step.rule.on != "question")

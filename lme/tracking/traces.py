@@ -118,7 +118,8 @@ class TraceInput:
 
 def trace_input(question: Question, outcome: Outcome, record: QuestionRecord, judge: Judge | None) -> TraceInput:
     prompts = tuple(build_judge_prompt(judge.templates, question, judged.answer)
-                    if judge is not None and judged.answer else None for judged in record.verdicts)
+                    if judge is not None and judged.answer and judge.calls_for(question) else None
+                    for judged in record.verdicts)
     return TraceInput(question.question_id, question.question_type, question.question,
                       format_moment(question.question_date), outcome, record, prompts)
 
