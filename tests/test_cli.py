@@ -133,7 +133,7 @@ def test_help_starts_with_lmes_own_usage_then_hydras():
         assert result.returncode == 0, result.stderr
         assert result.stdout.startswith("usage: python -m lme [overrides] [-m]")
         assert "python -m lme report ..." in result.stdout and "python -m lme help" in result.stdout
-        assert "== Configuration groups ==" in result.stdout and "dataset: m, oracle, s, sample" in result.stdout
+        assert "== Configuration groups ==" in result.stdout and "dataset: locomo, m, oracle, s, sample" in result.stdout
 
 
 def test_config_error_message_keeps_the_options_and_drops_the_search_path():

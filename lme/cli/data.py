@@ -37,7 +37,7 @@ commands:
   split   draw the dev/test split from a file's question ids and types
           [overrides] [--rule stratified|study] [--seed N] [--dev-size N] [--out DIR] [--check]
 
-overrides are a run's: dataset=s|m|oracle|sample, dataset.path=FILE, split=dev|test|study_dev|study_test,
+overrides are a run's: dataset=s|m|oracle|sample|locomo, dataset.path=FILE, split=dev|test|study_dev|study_test,
 question_ids=[...], question_types=[...], limit=N"""
 
 
@@ -226,7 +226,7 @@ def _data_dir_source(overrides: Sequence[str]) -> str:
 
 
 def survey(data_dir: Path, verify: bool = False) -> list[dict[str, Any]]:
-    """One entry per data-folder item (the datasets s, m, oracle, the bundled sample, the judge templates and the
+    """One entry per data-folder item (the datasets s, m, oracle, locomo, the bundled sample, the judge templates and the
     study's instructions): where it was found (or `missing` with the sentence that says how to get it), its
     size, and its check. Data files are hashed only with `verify` (S is 257 MB of JSON, M 2.6 GB: the pins are
     of the official `.json`, so a `.json.xz` / `.json.gz` is decompressed to be hashed); the templates and the
@@ -238,9 +238,11 @@ def survey(data_dir: Path, verify: bool = False) -> list[dict[str, Any]]:
     from lme.data.sample import SAMPLE_PATH
 
     entries: list[dict[str, Any]] = []
-    for key in (*folder.DATASET_KEYS, "templates", "instructions"):
+    from lme.data.fetch import LOCOMO_SHA256
+
+    for key in (*folder.DATASET_KEYS, "locomo", "templates", "instructions"):
         found = folder.locate(data_dir, key)
-        entry: dict[str, Any] = {"item": key, "option": f"dataset={key}" if key in DATASETS else
+        entry: dict[str, Any] = {"item": key, "option": f"dataset={key}" if key in (*DATASETS, "locomo") else
                                  {"templates": "judge templates", "instructions": "instructions=study"}[key]}
         if found is None or not os.path.exists(found):
             wanted = folder.ITEMS[key]
@@ -251,8 +253,11 @@ def survey(data_dir: Path, verify: bool = False) -> list[dict[str, Any]]:
             entries.append(entry)
             continue
         entry |= {"status": "found", "path": str(found), "size": found.stat().st_size}
-        if key in DATASETS:
-            pin, source = expected_digest(DATASETS[key], data_dir, project_pins(), REPO_ID, REVISION)
+        if key in (*DATASETS, "locomo"):
+            if key == "locomo":  # pinned in lme by its commit's digest (`lme data fetch locomo`)
+                pin, source = LOCOMO_SHA256, "lme"
+            else:
+                pin, source = expected_digest(DATASETS[key], data_dir, project_pins(), REPO_ID, REVISION)
             entry["pin"] = pin
             where = "lme" if source == "lme" else source
             if not verify:
