@@ -484,6 +484,7 @@ def _rules(cfg: DictConfig) -> list[tuple[re.Pattern[str], Check]]:
         (r"judge\.protocol", choice(_judge_protocols)),
         (r"judge\.system_message", text(optional=True)),
         # memory, view, retrievers, embedding
+        (r"memory\.speakers", choice(("both", "asked_about"), optional=True)),
         (r"memory\.overflow_policy", choice(lambda: _overflow_policies(
             OmegaConf.select(cfg, "memory._target_", default=None, throw_on_resolution_failure=False)))),
         (r"memory\.layout", choice(_layouts)),

@@ -104,5 +104,6 @@ def require_one_user(question: Question, what: str) -> None:
         benchmark = benchmark_named(question.benchmark)
         if benchmark.speakers == "two-people":
             raise LmeError(f"{what} reads the user's messages, and {benchmark.title} is a conversation between "
-                           f"two people with no user (question {question.question_id}); choose a memory that "
-                           f"reads both speakers (memory=retrieved, memory=full_history).")
+                           f"two people with no user (question {question.question_id}); set memory.speakers=both "
+                           f"or memory.speakers=asked_about, or choose a memory that reads both speakers "
+                           f"(memory=retrieved, memory=full_history).")

@@ -46,6 +46,7 @@ from lme.data.dates import WEEKDAYS, format_day, format_moment
 from lme.data.benchmark import require_one_user
 from lme.data.records import Question, Session, Turn
 from lme.memory.base import Memory
+from lme.memory.speakers import SPEAKER_CHOICES, speaker_view, speakers_of
 from lme.memory.dates import ResolvedDate, describe_distance, format_resolved_line, resolve_relative_dates
 from lme.retrieval.base import Retriever
 
@@ -130,7 +131,10 @@ def session_block(session: Session, question: Question, layout: str = "lme") -> 
         if turn.role != "user":
             continue
         messages += 1
-        lines.append(f"[{turn.turn_id}] user: {turn.content}" if layout == "study" else f"[{turn.turn_id}] {turn.content}")
+        if turn.speaker:  # two people: the name says who wrote it
+            lines.append(f"[{turn.turn_id}] {turn.speaker}: {turn.content}")
+        else:
+            lines.append(f"[{turn.turn_id}] user: {turn.content}" if layout == "study" else f"[{turn.turn_id}] {turn.content}")
         dates = resolve_relative_dates(turn.content, session.date)
         if layout == "study":
             line = format_study_resolved_line(dates, session.date.date(), question_day)
@@ -146,8 +150,9 @@ def reply_block(turn: Turn, session: Session, layout: str = "lme") -> str:
     answered = answered_user_turn(session, turn_index(turn.turn_id))
     if layout == "study":
         to = f" (reply to [{answered}])" if answered else ""
-        return f"[{turn.turn_id}] [{study_moment(session.date)}] assistant{to}: {turn.content}"
-    return f"[{turn.turn_id}] {format_moment(session.date)}, answering [{answered or 'none'}]: {turn.content}"
+        return f"[{turn.turn_id}] [{study_moment(session.date)}] {turn.label}{to}: {turn.content}"
+    who = f" {turn.speaker}" if turn.speaker else ""
+    return f"[{turn.turn_id}] {format_moment(session.date)},{who} answering [{answered or 'none'}]: {turn.content}"
 
 
 class UserLogMemoryBuilder:
@@ -167,6 +172,7 @@ class UserLogMemoryBuilder:
         overflow_reply_reserve_bytes: int = 30_000,
         name: str = "user_log",
         layout: str = "lme",
+        speakers: str | None = None,
     ) -> None:
         from lme.util.errors import LmeError
 
@@ -174,7 +180,10 @@ class UserLogMemoryBuilder:
             raise LmeError(f"memory.overflow_policy {overflow_policy!r} is unknown (known: {', '.join(OVERFLOW_POLICIES)}).")
         if layout not in LAYOUTS:
             raise LmeError(f"memory.layout {layout!r} is unknown (known: {', '.join(LAYOUTS)}).")
+        if speakers is not None and speakers not in SPEAKER_CHOICES:
+            raise LmeError(f"memory.speakers {speakers!r} is unknown (known: {', '.join(SPEAKER_CHOICES)}).")
         self.layout = layout
+        self.speakers = speakers  # two people (LoCoMo): who the log is of (lme.memory.speakers); None: refused
         self.retriever = retriever
         self.top_k = top_k
         self.max_bytes = max_bytes
@@ -200,9 +209,13 @@ class UserLogMemoryBuilder:
             )
         return "\n".join(lines)
 
-    def _log_title(self, total: int, kept: int | None = None) -> str:
+    def _log_title(self, total: int, kept: int | None = None, logged: tuple[str, ...] = ()) -> str:
         """The log's title; `kept`: how many sessions an overflow kept (the study's title, sized in its longest
-        form, `N of the N sessions`, before the cut is made)."""
+        form, `N of the N sessions`, before the cut is made); `logged`: the speakers whose log it is (two people)."""
+        if logged:
+            who = " and ".join(logged)
+            return (f"## Messages of {who} (every session, oldest first)" if kept is None
+                    else f"## Messages of {who} (the sessions kept, oldest first)")
         if self.layout == "study":
             which = f"all {total} sessions" if kept is None else f"{kept} of the {total} sessions"
             return (f"# Complete log of the user's messages: every message the user sent, verbatim, from {which} of "
@@ -238,11 +251,14 @@ class UserLogMemoryBuilder:
     # -- the memory ----------------------------------------------------------------------------
 
     def build(self, question: Question) -> Memory:
-        if question.benchmark != "longmemeval":
-            require_one_user(question, "memory=user_log (the complete log of the user's messages)")
         ranking = self.retriever.rank(question, self.top_k)
+        logged: tuple[str, ...] = ()
+        if question.benchmark != "longmemeval" and speakers_of(question):
+            if self.speakers is None:
+                require_one_user(question, "memory=user_log (the complete log of the user's messages)")
+            question, logged = speaker_view(question, self.speakers or "both")
         blocks = [session_block(session, question, self.layout) for session in question.sessions]
-        log_title = self._log_title(len(blocks))
+        log_title = self._log_title(len(blocks), logged=logged)
         separator = "\n\n"
         full_log = separator.join([log_title, *(block.text for block in blocks)])
         header = self.header(question)
@@ -251,7 +267,8 @@ class UserLogMemoryBuilder:
         if overflow:
             budget = self.max_bytes - self.overflow_reply_reserve_bytes
             header = self.header(question, shown=0, total=len(blocks))  # longest form, to size the budget
-            sizing_title = self._log_title(len(blocks), len(blocks)) if self.layout == "study" else log_title
+            sizing_title = (self._log_title(len(blocks), len(blocks), logged) if self.layout == "study"
+                            else log_title)
             used = utf8_len(header + separator + sizing_title)
             kept = []
             for index in self._overflow_order(question, ranking.turn_ids):
@@ -263,12 +280,15 @@ class UserLogMemoryBuilder:
                     break  # the newest sessions, contiguous: no older one fills a gap
             kept.sort()
             header = self.header(question, shown=len(kept), total=len(blocks))
-            log_title = self._log_title(len(blocks), len(kept))
+            log_title = self._log_title(len(blocks), len(kept), logged)
         log = separator.join([log_title, *(blocks[i].text for i in kept)])
         text = header + separator + log
 
         replies_title = (STUDY_REPLIES_TITLE if self.layout == "study"
                          else "## Assistant replies (retrieved, most relevant first)")
+        if logged:  # two people: the other speaker's messages
+            others = " and ".join(name for name in speakers_of(question) if name not in logged)
+            replies_title = f"## Messages of {others} (retrieved, most relevant first)"
         turns = {turn.turn_id: turn for turn in question.turns()}
         used = utf8_len(text)
         reply_bytes = 0

@@ -208,10 +208,12 @@ def one_user_memories(design: Design) -> None:
     if benchmark.speakers != "two-people":
         return
     for path, node in _nodes(plain(design.config)):
-        if str(node.get("_target_", "")).endswith(_USER_LOG):
+        if str(node.get("_target_", "")).endswith(_USER_LOG) and node.get("speakers") is None:
             raise LmeError(f"design {design.name}: {path} is the user log, which reads the user's messages, and "
-                           f"{benchmark.title} is a conversation between two people with no user; choose a memory "
-                           f"that reads both speakers (memory=retrieved, memory=full_history).")
+                           f"{benchmark.title} is a conversation between two people with no user; set "
+                           f"{path}.speakers=both (every message of both) or {path}.speakers=asked_about (the "
+                           f"speaker the question names), or choose a memory that reads both speakers "
+                           f"(memory=retrieved, memory=full_history).")
 
 
 def sniff_data_file(path: Path, name: str) -> None:
