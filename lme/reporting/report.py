@@ -22,7 +22,10 @@ Conventions, stated in every report:
   task-averaged accuracy is the unweighted mean of the per-type accuracies, abstention
   questions counted in their base type (LongMemEval's "Task-averaged Accuracy"). Mastra's
   LongMemEval runner prints the task-averaged number as its "Overall Accuracy" ("average of
-  N question types"), so a published Mastra score compares with the task-averaged column.
+  N question types"), so a published Mastra score compares with the task-averaged column;
+- a report over LoCoMo runs opens with LoCoMo's own figures (J without the adversarial category, F1 as LoCoMo's
+  evaluation.py scores it, each per category, and their paired differences between designs: `locomo_section`),
+  before lme's accuracy tables; a report never mixes LoCoMo and LongMemEval runs (`build_report` refuses).
 """
 
 from __future__ import annotations
@@ -53,7 +56,17 @@ from lme.reporting.measures import (
     type_order,
 )
 from lme.models.offline import stand_ins_note
+from lme.reporting.locomo_f1 import CATEGORY_NAMES
+from lme.reporting.locomo_measures import (
+    ADVERSARIAL,
+    LocomoAcross,
+    LocomoPaired,
+    is_locomo,
+    locomo_across_runs,
+    locomo_paired,
+)
 
+LOCOMO_CATEGORY_ORDER = tuple(CATEGORY_NAMES[n] for n in sorted(CATEGORY_NAMES))  # LoCoMo's numbers, 1-5
 MASTRA_NOTE = (
     "Plain accuracy is correct answers over all questions (LongMemEval's \"Overall Accuracy\"). "
     "Task-averaged accuracy is the unweighted mean of the per-type accuracies over the question types "
@@ -190,6 +203,7 @@ class DesignReport:
     notes: tuple[str, ...]
     data: str | None = None
     questions_digest: str | None = None
+    locomo: LocomoAcross | None = None  # LoCoMo runs: their J and F1 over the runs (None: LongMemEval)
 
     @property
     def official(self) -> bool:
@@ -204,6 +218,7 @@ class PairReport:
     only_a: int
     only_b: int
     comparison: PairedComparison | None  # None when the two designs share no question
+    locomo: LocomoPaired | None = None  # LoCoMo runs: b - a on J without adversarial and on F1
 
 
 @dataclass(frozen=True)
@@ -303,6 +318,7 @@ def design_report(design: DesignRuns, n_resamples: int, seed: int) -> DesignRepo
         notes=design.notes,
         data=design.data,
         questions_digest=design.questions_digest,
+        locomo=locomo_across_runs(runs_rows),
     )
 
 
@@ -315,7 +331,9 @@ def pair_report(a: DesignRuns, b: DesignRuns, n_resamples: int, seed: int) -> Pa
         runs_a = [correct_map(job.rows) for job in a.jobs]
         runs_b = [correct_map(job.rows) for job in b.jobs]
         comparison = paired_difference(runs_a, runs_b, common, n_resamples, seed)
-    return PairReport(a.label, b.label, len(common), len(types_a) - len(common), len(types_b) - len(common), comparison)
+    locomo = locomo_paired([job.rows for job in a.jobs], [job.rows for job in b.jobs], n_resamples, seed)
+    return PairReport(a.label, b.label, len(common), len(types_a) - len(common), len(types_b) - len(common), comparison,
+                      locomo)
 
 
 # --- the preregistered primary measure ------------------------------------------------------------
@@ -455,6 +473,21 @@ def primary_statement(
     )
 
 
+def design_is_locomo(design: DesignRuns) -> bool:
+    """Whether the design's jobs answered LoCoMo questions (rows with a category)."""
+    return any(is_locomo(job.rows) for job in design.jobs)
+
+
+def refuse_mixed_benchmarks(designs: Sequence[DesignRuns]) -> None:
+    """One sentence when some designs ran LoCoMo and others LongMemEval: their measures do not compare (different
+    questions, judges and scores), so a report covers one benchmark."""
+    locomo = [d.label for d in designs if design_is_locomo(d)]
+    other = [d.label for d in designs if not design_is_locomo(d)]
+    if locomo and other:
+        raise LmeError(f"a report covers one benchmark, but {', '.join(locomo)} ran LoCoMo and {', '.join(other)} "
+                       "ran LongMemEval; report each benchmark's runs separately.")
+
+
 def build_report(
     designs: Sequence[DesignRuns],
     pairs: Sequence[tuple[str, str]] | None = None,
@@ -470,6 +503,7 @@ def build_report(
     labels = [d.label for d in designs]
     if len(set(labels)) != len(labels):
         raise LmeError(f"two designs in the report share a label ({', '.join(labels)}).")
+    refuse_mixed_benchmarks(designs)
     by_label = {d.label: d for d in designs}
     chosen = all_pairs(labels) if pairs is None else list(pairs)
     notes = list(notes)
@@ -737,6 +771,121 @@ def primary_lines(report: Report) -> list[str]:
     return lines
 
 
+LOCOMO_F1_NOTE = (
+    "F1 is LoCoMo's own score (its task_eval/evaluation.py, as lme.reporting.locomo_f1 implements it), shown x100: "
+    "token F1 over normalised, Porter-stemmed words; multi-hop (category 1) averages, over the reference's "
+    "comma-separated parts, each part's best F1; open-domain (3) is scored against the reference's text before its "
+    "first ';'; adversarial (5) scores 1 when the answer says \"not mentioned\" or \"no information available\", "
+    "else 0. F1 (all) is the mean over every question, adversarial included (LoCoMo's \"Overall accuracy\"), "
+    "unrounded (LoCoMo rounds each question's score to 3 places first); a missing answer scores 0. Mean of runs: "
+    "each run's figure averaged over the runs (seeds)."
+)
+LOCOMO_PAIRS_NOTE = (
+    "Differences in points (B - A) on the LoCoMo questions both designs ran, with 95% intervals from {resamples:,} "
+    "paired bootstrap resamples of the questions within each category (seed {seed}): J without adversarial from "
+    "each question's share of runs judged correct (categories 1-4), F1 from each question's mean F1 over the runs "
+    "(every category)."
+)
+
+
+def locomo_judge_line(report: Report) -> str:
+    """Which definition of J the figures use: Mem0's J when every LoCoMo run was judged by `locomo_j`, else the
+    judge each design's runs had, named (`JudgeLabel`)."""
+    judges: dict[JudgeLabel, list[str]] = {}
+    for d in report.designs:
+        if d.locomo is not None:
+            for judge in d.judges:
+                judges.setdefault(judge, []).append(d.label)
+    parts = []
+    for judge, labels in judges.items():
+        if judge.kind == "locomo-j":
+            parts.append(f"{', '.join(labels)}: Mem0's J, the share its LLM judge ({judge.name}, {judge.text}) "
+                         "labelled CORRECT")
+        elif judge.kind == "stand-in":
+            parts.append(f"{', '.join(labels)}: the offline stand-in judge {judge.name}, NOT Mem0's J (its verdicts "
+                         "test the plumbing and are not LoCoMo results)")
+        else:
+            parts.append(f"{', '.join(labels)}: {judge.name} ({judge.text}), NOT Mem0's J (judge=locomo_j), so not "
+                         "comparable with published J scores")
+    return ("J without adversarial is the share of questions of categories 1-4 judged correct (a missing answer or "
+            "verdict is wrong), mean of runs. Its judge: " + "; ".join(parts) + ".")
+
+
+def _f1(value: float) -> str:
+    return "-" if value is None or math.isnan(value) else f"{100 * value:.1f}"
+
+
+def locomo_headline_table(report: Report) -> str:
+    rows = []
+    for d in report.designs:
+        if d.locomo is None:
+            continue
+        m, runs = d.locomo.mean, d.locomo.per_run
+        n_judged = d.locomo.n_questions - d.locomo.category_counts.get(ADVERSARIAL, 0)
+        rows.append([
+            d.label, f"{_pct(m.get('locomo.j_without_adversarial', float('nan')))} (n={n_judged})",
+            ", ".join(_pct(r.get("locomo.j_without_adversarial", float("nan"))) for r in runs),
+            f"{_f1(m.get('locomo.f1', float('nan')))} (n={d.locomo.n_questions})",
+            ", ".join(_f1(r.get("locomo.f1", float("nan"))) for r in runs),
+            _f1(m.get("locomo.f1_without_adversarial", float("nan"))),
+        ])
+    return _table(["design", "J without adversarial, mean of runs", "per-run J", "F1 (all), mean of runs",
+                   "per-run F1", "F1 without adversarial, mean of runs"], rows)
+
+
+def locomo_category_table(report: Report, measure: str) -> str:
+    """Per LoCoMo category (in its number order), each design's n and mean of runs of J (`measure` "j", categories
+    1-4) or F1 ("f1", every category)."""
+    designs = [d for d in report.designs if d.locomo is not None]
+    names = [name for name in LOCOMO_CATEGORY_ORDER
+             if any(name in d.locomo.category_counts for d in designs) and (measure == "f1" or name != ADVERSARIAL)]
+    header = ["category"]
+    for d in designs:
+        header += [f"{d.label}: n", f"{d.label}: {'J' if measure == 'j' else 'F1'}, mean of runs"]
+    rows = []
+    for name in names:
+        row = [name]
+        for d in designs:
+            assert d.locomo is not None
+            n = d.locomo.category_counts.get(name, 0)
+            if measure == "j":
+                value = _pct(d.locomo.j_per_category[name]) if name in d.locomo.j_per_category else "-"
+            else:
+                value = _f1(d.locomo.mean.get(f"locomo.f1.{name}", float("nan")))
+            row += [str(n), value]
+        rows.append(row)
+    return _table(header, rows)
+
+
+def locomo_pair_section(pair: PairReport) -> str:
+    title = f"### {pair.b} vs {pair.a}: LoCoMo's measures (difference = {pair.b} - {pair.a}, in points)"
+    if pair.locomo is None:
+        return f"{title}\n\nNo LoCoMo question in common: nothing to compare."
+    rows = []
+    for measure, part in (("J without adversarial", pair.locomo.j_without_adversarial), ("F1", pair.locomo.f1)):
+        if part is None:
+            rows.append([measure, "all", "0", "-", "-"])
+            continue
+        rows.append([measure, "all", str(part.n_questions), _pts(part.difference), _interval(part.interval)])
+        rows += [[measure, name, str(n), _pts(diff), _interval(interval)]
+                 for name, (n, diff, interval) in part.per_category.items()]
+    return f"{title}\n\n" + _table(["measure", "category", "questions", "difference", "95% interval"], rows, "llrrr")
+
+
+def locomo_section(report: Report) -> list[str]:
+    """LoCoMo's headline, stated before lme's accuracy tables: J without adversarial and F1, per category, and the
+    paired differences between designs; the definitions they use."""
+    out = ["## LoCoMo headline", "", locomo_headline_table(report), "", locomo_judge_line(report), "",
+           LOCOMO_F1_NOTE, "", "### J without adversarial, per category", "", locomo_category_table(report, "j"), "",
+           "### F1 (x100), per category", "", locomo_category_table(report, "f1"), ""]
+    if report.pairs:
+        out += [LOCOMO_PAIRS_NOTE.format(resamples=report.n_resamples, seed=report.bootstrap_seed), ""]
+        out += [part for pair in report.pairs for part in (locomo_pair_section(pair), "")]
+    out += ["lme's own accuracy tables follow (the same verdicts, adversarial questions included, per category as "
+            "question type).", ""]
+    return out
+
+
 def render_markdown(report: Report) -> str:
     majority = majority_name(report)
     missing = [
@@ -755,6 +904,8 @@ def render_markdown(report: Report) -> str:
             )
         out += [f"- {d.label}: {note}" for note in d.notes]
     out += [f"- {note}" for note in report.notes]
+    if any(d.locomo is not None for d in report.designs):
+        out += [""] + locomo_section(report)[:-1]
     out += ["", "## Headline", "", headline_table(report), "", HEADLINE_NOTE.format(majority=majority),
             "", "## Plain accuracy and the Mastra-style average", "", averages_table(report), "", MASTRA_NOTE,
             "", "## Per question type", "", per_type_table(report), ""]
@@ -794,10 +945,21 @@ def report_json(report: Report) -> dict[str, Any]:
     designs = []
     for d in report.designs:
         entry = asdict(d)
+        if entry["locomo"] is None:  # a LongMemEval run: its JSON as before LoCoMo came
+            del entry["locomo"]
         entry["official_judge"] = d.official
         entry["judges"] = [{"name": j.name, "model": j.model, "official": j.official, "description": j.text}
                            for j in d.judges]
         designs.append(entry)
+    pairs = [asdict(p) for p in report.pairs]
+    for pair in pairs:
+        if pair["locomo"] is None:
+            del pair["locomo"]
+    locomo = {}
+    if any(d.locomo is not None for d in report.designs):
+        locomo = {"locomo_conventions": {"j": locomo_judge_line(report), "f1": LOCOMO_F1_NOTE,
+                                         "pairs": LOCOMO_PAIRS_NOTE.format(resamples=report.n_resamples,
+                                                                           seed=report.bootstrap_seed)}}
     return _json_safe({
         "n_resamples": report.n_resamples,
         "bootstrap_seed": report.bootstrap_seed,
@@ -805,6 +967,7 @@ def report_json(report: Report) -> dict[str, Any]:
         "notes": list(report.notes),
         "data": report.data,
         "designs": designs,
-        "pairs": [asdict(p) for p in report.pairs],
+        "pairs": pairs,
         "primary": [asdict(p) for p in report.primary],
+        **locomo,
     })

@@ -235,8 +235,8 @@ def _sweep_resume(config: Any) -> str | None:
 def multirun_summary(metrics: Mapping[str, float], summary: Mapping[str, Any], parent_id: str,
                      settings: TrackingSettings, experiment_id: str, resume: str | None = None) -> str:
     """What a multirun prints at the end: per design, the mean of runs and the count correct in a majority of
-    runs, the failed jobs (with `resume`, the sweep's command that continues them in their own folders), the
-    parent run and how to look at it (lme's runs-table view, `runs_view_url`)."""
+    runs (a LoCoMo sweep: also LoCoMo's F1 and J without adversarial, means of runs), the failed jobs (with
+    `resume`, the sweep's command that continues them in their own folders), the parent run and how to look at it (lme's runs-table view, `runs_view_url`)."""
     designs = summary.get("designs", {})
     lines = []
     for design, info in sorted(designs.items()):
@@ -252,6 +252,11 @@ def multirun_summary(metrics: Mapping[str, float], summary: Mapping[str, Any], p
         if count is not None:
             line += f", correct in at least {threshold} of {n_runs}: {int(count)}"
             line += f" ({share:.3f})" if share is not None else ""
+        f1, j = metrics.get(prefix + "mean_locomo.f1"), metrics.get(prefix + "mean_locomo.j_without_adversarial")
+        if f1 is not None:  # a LoCoMo sweep: its own figures beside the mean accuracy
+            line += f"; LoCoMo F1 {f1:.3f} (mean_locomo.f1)"
+        if j is not None:
+            line += f", J without adversarial {j:.3f} (mean_locomo.j_without_adversarial)"
         lines.append(line)
     failed = int(metrics.get("n_failed_runs", 0))
     if failed or not designs:

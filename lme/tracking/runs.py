@@ -1151,7 +1151,11 @@ def read_outcome_rows(settings: TrackingSettings, run_id: str, *, job: str | Non
 
 
 def across_seed_metrics(groups: Mapping[str, list[list[dict[str, Any]]]]) -> dict[str, float]:
-    """Across-run measures per design; keys are prefixed with the design when there are several."""
+    """Across-run measures per design; keys are prefixed with the design when there are several. A design whose
+    rows are LoCoMo questions also gets the mean over its runs of each job's LoCoMo figures, recomputed from the rows
+    (`mean_locomo.f1`, `mean_locomo.f1_without_adversarial`, `mean_locomo.f1.<category>`,
+    `mean_locomo.j_without_adversarial`: `lme.reporting.locomo_measures.locomo_across_runs`); none for LongMemEval."""
+    from lme.reporting.locomo_measures import locomo_across_runs
     from lme.reporting.measures import across_runs
 
     metrics: dict[str, float] = {}
@@ -1164,6 +1168,10 @@ def across_seed_metrics(groups: Mapping[str, list[list[dict[str, Any]]]]) -> dic
         prefix = "" if len(groups) == 1 else f"{design}/"
         for key, value in across_runs(correct_maps, types).as_metrics().items():
             metrics[prefix + key] = value
+        locomo = locomo_across_runs(runs)  # a LoCoMo sweep: the mean over runs of each job's LoCoMo figures
+        if locomo is not None:
+            for key, value in locomo.as_metrics().items():
+                metrics[prefix + key] = value
     return metrics
 
 
