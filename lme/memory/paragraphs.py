@@ -21,6 +21,7 @@ LME_BUILDERS: tuple[str, ...] = (
     "lme.memory.sessions.WholeSessionView",
     "lme.memory.full_history.FullHistoryMemoryBuilder",
     "lme.memory.model_built.ModelBuiltMemoryBuilder",
+    "lme.memory.systems.base.SystemMemoryBuilder",
 )
 
 

@@ -359,6 +359,24 @@ STORED: tuple[StoredFile, ...] = (
         what="the trace text store (tracking.traces=full): each memory text once per MLflow store, by digest",
         literals=("traces.sqlite",)),
     StoredFile(
+        key="memory_systems.sqlite", pattern="memory_systems.sqlite", base="cache_dir",
+        moved_by=("memory.cache_dir", "cache_dir", "LME_CACHE_DIR"), owner="lme.memory.systems.journal",
+        format="sqlite", readers=("run", "resume", "multirun", "memory", "estimate"),
+        writers=("run", "resume", "multirun", "memory", "estimate"),
+        contract=replace(_SQLITE_STORE, faults=(_WAL_DEBRIS,)),
+        what="the ingestion journal of external memory systems: each namespace (one per history, system and "
+             "settings), the sessions its system acknowledged, whether it is complete, and who ingests it now",
+        literals=("memory_systems.sqlite",)),
+    StoredFile(
+        key="local memory system index", pattern="local_system/lme-<digest>.fts5.sqlite", base="cache_dir",
+        moved_by=("memory.system.index_dir", "cache_dir", "LME_CACHE_DIR"), owner="lme.memory.systems.local",
+        format="sqlite", readers=("run", "resume", "multirun", "memory", "estimate"),
+        writers=("run", "resume", "multirun", "memory", "estimate"),
+        contract=replace(_SQLITE_STORE, faults=(_WAL_DEBRIS,)),
+        what="the offline memory system's store of one namespace (memory=system_local): its sessions' turns in "
+             "an SQLite FTS5 index, and every ingest call it received",
+        literals=(".fts5.sqlite",)),
+    StoredFile(
         key="onnx export", pattern="onnx/<digest>/model.<precision>.onnx", base="cache_dir",
         moved_by=("LME_ONNX_DIR", "retriever.cache_path", "cache_dir", "LME_CACHE_DIR"),
         owner="lme.retrieval.onnx_runtime", format="onnx",

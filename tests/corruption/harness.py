@@ -678,6 +678,10 @@ TARGETS: tuple[Target, ...] = (
 NOT_FAULTED: dict[str, str] = {
     "onnx export": "a fault makes the next run export the model again (10-20 s a case); lme.retrieval.onnx_runtime "
                    "writes it atomically",
+    "memory_systems.sqlite": "opened through lme.util.sqlite.open_store like the stores faulted here; its corrupt, "
+                             "locked and full-disk cases are tested in tests/memory/test_systems.py",
+    "local memory system index": "opened through lme.util.sqlite.open_store; read only by memory=system_local, "
+                                 "its faults tested in tests/memory/test_systems.py",
     "hub model cache": "huggingface_hub's own folder (MiniLM ships in a package: no hub cache is read)",
     "mlflow store lock": "its content is never read; it lives in the system's temporary folder, shared by the "
                          "test processes",

@@ -27,7 +27,8 @@ def test_lme_builders_are_the_shipped_memory_and_view_targets():
     shipped = {OmegaConf.load(path)["_target_"] for group in ("memory", "view")
                for path in (lme.CONF_DIR / group).glob("*.yaml")}
     assert set(LME_BUILDERS) == shipped == {RETRIEVED, USER_LOG, SESSIONS, "lme.memory.full_history.FullHistoryMemoryBuilder",
-                                            "lme.memory.model_built.ModelBuiltMemoryBuilder"}
+                                            "lme.memory.model_built.ModelBuiltMemoryBuilder",
+                                            "lme.memory.systems.base.SystemMemoryBuilder"}
 
 
 def test_an_unimportable_or_undeclaring_target_declares_nothing():

@@ -1,0 +1,241 @@
+"""The adapter protocol of an external memory system, and the memory builder that runs one.
+
+A system (`MemorySystem`) has four calls:
+
+- `ingest(namespace, sessions)`: store a history's sessions (in date order, each with its date and its turns'
+  role, speaker and text) in the namespace, in the system's own unit (one call per session, or several sessions
+  a call); it yields each session's id as the system acknowledges it;
+- `ready(namespace)`: whether everything ingested is searchable (a system that indexes or extracts in the
+  background says no until it has);
+- `search(namespace, question_text, top_k)`: the system's results (`Result`: text, score, id), in its order;
+- `settings()`: every setting that changes what the system stores (plain JSON values); their digest keys the
+  ingestion.
+
+`SystemMemoryBuilder` makes a system one more memory builder. Each history gets its own namespace, named by the
+digest of the history's content (every session's date and turns' role, speaker and text), the system's name and
+its settings: the same history under the same system and settings is ingested once, shared by seeds, designs
+and reruns; a changed setting ingests again into a new namespace; two histories never share one. The ingestion
+journal (`lme.memory.systems.journal`) records each session as it is acknowledged, so a killed ingestion resumes
+at the next session, and marks a finished namespace done; one job at a time ingests a namespace (a claim in the
+journal), the others wait for it. Then the builder polls `ready` every `poll_interval_s` until it says yes (past
+`ready_timeout_s` the question fails, `MemoryFailed`, and is never searched), searches with the question's text,
+and hands the reader the system's results as returned, `[<id>] (score <score>) <text>` blocks in the system's
+order, packed whole within `max_bytes` (`lme.memory.retrieved.pack_blocks`). Its notes say how many sessions were
+ingested now and how many were already there, how long the wait for readiness and the search took, and how many
+results the system returned.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+from lme.data.records import Question
+from lme.memory.base import Memory, MemoryFailed
+from lme.memory.retrieved import pack_blocks
+from lme.memory.systems.journal import JOURNAL_FILE, IngestionJournal
+from lme.util.budget import utf8_len
+from lme.util.errors import LmeError
+from lme.util.hashing import canonical_json, sha256_json
+
+NAMESPACE_PREFIX = "lme-"
+
+
+@dataclass(frozen=True)
+class SystemTurn:
+    """One message as a system gets it: who spoke (role, and the speaker's name where the benchmark has one)."""
+
+    role: str
+    speaker: str | None
+    text: str
+
+
+@dataclass(frozen=True)
+class SystemSession:
+    """One session of a history: its neutral id, date and turns, in order."""
+
+    session_id: str
+    date: datetime
+    turns: tuple[SystemTurn, ...]
+
+
+@dataclass(frozen=True)
+class Result:
+    """One search result as the system returns it."""
+
+    text: str
+    score: float | None
+    id: str
+
+
+class MemorySystem(Protocol):
+    name: str
+
+    def settings(self) -> Mapping[str, Any]:
+        ...
+
+    def ingest(self, namespace: str, sessions: Sequence[SystemSession]) -> Iterable[str]:
+        ...
+
+    def ready(self, namespace: str) -> bool:
+        ...
+
+    def search(self, namespace: str, question_text: str, top_k: int) -> list[Result]:
+        ...
+
+
+def system_sessions(question: Question) -> tuple[SystemSession, ...]:
+    """The question's history as a system gets it: sessions in date order, neutral ids, no evidence flags."""
+    return tuple(
+        SystemSession(session.session_id, session.date,
+                      tuple(SystemTurn(turn.role, turn.speaker, turn.content) for turn in session.turns))
+        for session in question.sessions)
+
+
+def history_content(sessions: Sequence[SystemSession]) -> list[Any]:
+    """What a namespace's digest reads of a history: each session's date and its turns' role, speaker and text."""
+    return [{"date": session.date.isoformat(), "turns": [[turn.role, turn.speaker, turn.text] for turn in session.turns]}
+            for session in sessions]
+
+
+def namespace_for(sessions: Sequence[SystemSession], system: str, settings: Mapping[str, Any]) -> str:
+    """The history's namespace under the system and its settings: `lme-` and 32 hex digits of their digest."""
+    digest = sha256_json({"history": history_content(sessions), "system": system, "settings": dict(settings)})
+    return NAMESPACE_PREFIX + digest[:32]
+
+
+def format_result(result: Result) -> str:
+    """`[<id>] (score 12.3457) <text>` (no score: `[<id>] <text>`)."""
+    score = f" (score {result.score:.4f})" if result.score is not None else ""
+    return f"[{result.id}]{score} {result.text}"
+
+
+@dataclass(frozen=True)
+class Ingestion:
+    """What ingesting a namespace did: sessions sent and acknowledged now, and those already there."""
+
+    now: int
+    reused: int
+
+
+class SystemMemoryBuilder:
+    """A memory built by an external memory system's search (see the module's docstring). `retriever` is accepted
+    (every memory builder is given one) and never read."""
+
+    describes: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, system: MemorySystem, cache_dir: str | Path, retriever: Any = None, top_k: int = 100,
+                 max_bytes: int = 96_000, ready_timeout_s: float = 600.0, poll_interval_s: float = 0.5,
+                 name: str = "system") -> None:
+        for key, value in (("top_k", top_k), ("max_bytes", max_bytes)):
+            if not isinstance(value, int) or value < 0:
+                raise LmeError(f"memory.{key}: expected a whole number >= 0, got {value!r}.")
+        for key, value in (("ready_timeout_s", ready_timeout_s), ("poll_interval_s", poll_interval_s)):
+            if not isinstance(value, (int, float)) or not value >= 0 or value == float("inf"):
+                raise LmeError(f"memory.{key}: expected a number of seconds >= 0, got {value!r}.")
+        self.system = system
+        self.name = name
+        self.top_k, self.max_bytes = top_k, max_bytes
+        self.ready_timeout_s, self.poll_interval_s = float(ready_timeout_s), float(poll_interval_s)
+        self.journal_path = Path(cache_dir) / JOURNAL_FILE
+        settings = dict(system.settings())
+        self._settings_json = canonical_json(settings)  # fails now on a setting that is not plain JSON
+        self._settings = settings
+        self._journal: IngestionJournal | None = None
+        self._opening = threading.Lock()
+
+    def journal(self) -> IngestionJournal:
+        """The ingestion journal, opened at the first question (a builder that only composes creates no file)."""
+        with self._opening:
+            if self._journal is None:
+                self._journal = IngestionJournal(self.journal_path)
+            return self._journal
+
+    def namespace(self, question: Question) -> str:
+        return namespace_for(system_sessions(question), self.system.name, self._settings)
+
+    def build(self, question: Question) -> Memory:
+        sessions = system_sessions(question)
+        namespace = namespace_for(sessions, self.system.name, self._settings)
+        ingestion = self._ingest(namespace, sessions)
+        waited = self._wait_ready(namespace)
+        begun = time.perf_counter()
+        results = self._call("search", lambda: list(self.system.search(namespace, question.question, self.top_k)))
+        latency = time.perf_counter() - begun
+        blocks = [(result.id, format_result(result)) for result in results[: self.top_k]]
+        text, included, skipped = pack_blocks(blocks, self.max_bytes)
+        return Memory(
+            text=text, n_bytes=utf8_len(text), turn_ids=tuple(included), skipped_turn_ids=tuple(skipped),
+            notes={
+                "builder": self.name, "system": self.system.name, "namespace": namespace,
+                "sessions": str(len(sessions)), "ingested_now": str(ingestion.now),
+                "ingested_reused": str(ingestion.reused), "ready_wait_s": f"{waited:.3f}",
+                "search_latency_ms": f"{latency * 1000:.1f}", "results": str(len(results)),
+                "included": str(len(included)), "top_k": str(self.top_k), "max_bytes": str(self.max_bytes),
+            },
+        )
+
+    def _ingest(self, namespace: str, sessions: Sequence[SystemSession]) -> Ingestion:
+        """Ingest what the journal does not hold yet, under the namespace's claim; wait while another job does."""
+        journal = self.journal()
+        journal.register(namespace, self.system.name, self._settings_json, len(sessions))
+        now = 0
+        while True:
+            state = journal.state(namespace)
+            if state.done:
+                return Ingestion(now=now, reused=len(sessions) - now)
+            token = journal.claim(namespace)
+            if token is None:  # another job ingests it: wait for it to finish (or die, which frees its claim)
+                time.sleep(max(self.poll_interval_s, 0.01))
+                continue
+            try:
+                state = journal.state(namespace)  # what the claim's last holder left
+                missing = [session for session in sessions if session.session_id not in state.acknowledged]
+                now += len(self._call("ingest", lambda: list(_drain(self.system.ingest(namespace, missing),
+                                                                         journal, namespace))))
+                left = [s.session_id for s in sessions if s.session_id not in journal.state(namespace).acknowledged]
+                if left:
+                    raise MemoryFailed(self.name, self.system.name,
+                                       f"SystemIngestIncomplete: memory system {self.system.name} did not acknowledge "
+                                       f"{len(left)} session(s) of namespace {namespace} (first: {left[0]})")
+                journal.finish(namespace)
+            finally:
+                journal.release(namespace, token)
+
+    def _wait_ready(self, namespace: str) -> float:
+        """Poll `ready` until it says yes; past `ready_timeout_s`, `MemoryFailed` (the question is never searched)."""
+        begun = time.monotonic()
+        deadline = begun + self.ready_timeout_s
+        while not self._call("ready", lambda: bool(self.system.ready(namespace))):
+            if time.monotonic() >= deadline:
+                raise MemoryFailed(
+                    self.name, self.system.name,
+                    f"SystemNotReady: memory system {self.system.name} did not report namespace {namespace} "
+                    f"searchable within {self.ready_timeout_s:g} s (ready_timeout_s), so the question was not "
+                    "searched")
+            time.sleep(max(0.0, min(self.poll_interval_s, deadline - time.monotonic())))
+        return time.monotonic() - begun
+
+    def _call(self, what: str, call: Any) -> Any:
+        """A system call; a failure that is not lme's own sentence (`LmeError`) fails the question (`MemoryFailed`)."""
+        try:
+            return call()
+        except LmeError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure of the system's own code fails this question
+            detail = " ".join(str(exc).split()) or type(exc).__name__
+            raise MemoryFailed(self.name, self.system.name,
+                               f"{type(exc).__name__}: memory system {self.system.name} failed in {what}: {detail}"
+                               ) from exc
+
+
+def _drain(acknowledged: Iterable[str], journal: IngestionJournal, namespace: str) -> Iterator[str]:
+    """Each session id the system acknowledges, recorded in the journal before the next one is sent."""
+    for session_id in acknowledged:
+        journal.acknowledge(namespace, str(session_id))
+        yield str(session_id)
