@@ -94,6 +94,30 @@ def test_the_parent_logs_the_mean_over_seeds_of_locomos_figures(sweeps):
 
 
 @needs(LOCOMO)
+def test_each_job_logs_the_locomo_dataset_per_category_measures_and_a_trace_per_question(sweeps):
+    """The issue's done-when: a LoCoMo sweep logs per-category measures, a `locomo` MLflow dataset and traces."""
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    uri = sweeps["store"][0].split("=", 1)[1]
+    client = MlflowClient(tracking_uri=uri)
+    for design in DESIGNS:
+        parent = client.get_run(sweeps[design]["parent"])
+        children = client.search_runs([parent.info.experiment_id],
+                                      f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+        assert len(children) == 2
+        for child in children:
+            assert [d.dataset.name for d in child.inputs.dataset_inputs] == ["locomo"]
+            assert {f"accuracy.{name}" for name in ("multi-hop", "temporal", "open-domain", "single-hop",
+                                                     "adversarial")} <= set(child.data.metrics)
+            assert {f"locomo.f1.{name}" for name in ("multi-hop", "single-hop")} <= set(child.data.metrics)
+    mlflow.set_tracking_uri(uri)
+    traces = mlflow.search_traces(experiment_ids=[parent.info.experiment_id], return_type="list")
+    # two designs, two seeds, one trace per question
+    assert len(traces) == 2 * 2 * len(QUESTION_IDS)
+
+
+@needs(LOCOMO)
 def test_the_report_opens_with_locomos_headline_and_paired_differences(sweeps):
     tmp, store = sweeps["tmp"], sweeps["store"]
     args = ["report", *DESIGNS, "--resamples", "500", *store]
