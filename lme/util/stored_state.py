@@ -360,7 +360,7 @@ STORED: tuple[StoredFile, ...] = (
         literals=("traces.sqlite",)),
     StoredFile(
         key="memory_systems.sqlite", pattern="memory_systems.sqlite", base="cache_dir",
-        moved_by=("memory.cache_dir", "cache_dir", "LME_CACHE_DIR"), owner="lme.memory.systems.journal",
+        moved_by=("memory.cache_path", "cache_dir", "LME_CACHE_DIR"), owner="lme.memory.systems.journal",
         format="sqlite", readers=("run", "resume", "multirun", "memory", "estimate"),
         writers=("run", "resume", "multirun", "memory", "estimate"),
         contract=replace(_SQLITE_STORE, faults=(_WAL_DEBRIS,)),

@@ -41,7 +41,7 @@ def builder(cache: Path, system: LocalSystem | None = None, **options) -> System
     """The builder as conf/memory/system_local.yaml makes it, over `cache`."""
     system = system or LocalSystem(cache / "local_system")
     options.setdefault("poll_interval_s", 0.01)
-    return SystemMemoryBuilder(system, cache_dir=cache, name="system_local", **options)
+    return SystemMemoryBuilder(system, cache_path=cache / JOURNAL_FILE, name="system_local", **options)
 
 
 def received(system: LocalSystem, namespace: str) -> dict[str, int]:
@@ -171,7 +171,7 @@ from lme.memory.systems.local import LocalSystem
 question = parse_question(json.loads(Path(sys.argv[1]).read_text()), Path("synthetic.json"), 0)
 cache = Path(sys.argv[2])
 system = LocalSystem(cache / "local_system", ingest_latency_s=0.4)
-print(SystemMemoryBuilder(system, cache_dir=cache, poll_interval_s=0.01).build(question).text)
+print(SystemMemoryBuilder(system, cache_path=cache / "memory_systems.sqlite", poll_interval_s=0.01).build(question).text)
 """
 
 
@@ -317,3 +317,20 @@ def test_a_corrupt_journal_stops_the_run_in_one_sentence(tmp_path):
     result = run_lme(tmp_path, "+design=system_local", "limit=1", f"hydra.run.dir={tmp_path}/job")
     assert result.returncode == 2, result.stderr[-3000:]
     assert JOURNAL_FILE in result.stderr and "Traceback" not in result.stderr
+
+
+def test_where_the_stores_live_is_not_part_of_the_design():
+    """The journal's and the index's paths are run-only keys: a design frozen on one machine is the same design
+    under another cache folder; the system's settings are part of it."""
+    from omegaconf import OmegaConf
+
+    from lme.config.compose import compose_config
+    from lme.config.design import canonical_design
+
+    def design(*overrides):
+        return canonical_design(OmegaConf.to_container(compose_config(["+design=system_local", *overrides]),
+                                                       resolve=True))
+
+    here, there = design("cache_dir=/tmp/a"), design("cache_dir=/tmp/b")
+    assert here == there and "cache_path" not in here["memory"] and "index_dir" not in here["memory"]["system"]
+    assert design("memory.system.tokenizer=unicode61") != here

@@ -38,7 +38,7 @@ from typing import Any, ClassVar, Protocol
 from lme.data.records import Question
 from lme.memory.base import Memory, MemoryFailed
 from lme.memory.retrieved import pack_blocks
-from lme.memory.systems.journal import JOURNAL_FILE, IngestionJournal
+from lme.memory.systems.journal import IngestionJournal
 from lme.util.budget import utf8_len
 from lme.util.errors import LmeError
 from lme.util.hashing import canonical_json, sha256_json
@@ -124,12 +124,13 @@ class Ingestion:
 
 
 class SystemMemoryBuilder:
-    """A memory built by an external memory system's search (see the module's docstring). `retriever` is accepted
-    (every memory builder is given one) and never read."""
+    """A memory built by an external memory system's search (see the module's docstring). `cache_path` is the
+    ingestion journal's file (`<cache_dir>/memory_systems.sqlite` in the config: a run-only key, like the other
+    stores' paths). `retriever` is accepted (every memory builder is given one) and never read."""
 
     describes: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, system: MemorySystem, cache_dir: str | Path, retriever: Any = None, top_k: int = 100,
+    def __init__(self, system: MemorySystem, cache_path: str | Path, retriever: Any = None, top_k: int = 100,
                  max_bytes: int = 96_000, ready_timeout_s: float = 600.0, poll_interval_s: float = 0.5,
                  name: str = "system") -> None:
         for key, value in (("top_k", top_k), ("max_bytes", max_bytes)):
@@ -142,7 +143,7 @@ class SystemMemoryBuilder:
         self.name = name
         self.top_k, self.max_bytes = top_k, max_bytes
         self.ready_timeout_s, self.poll_interval_s = float(ready_timeout_s), float(poll_interval_s)
-        self.journal_path = Path(cache_dir) / JOURNAL_FILE
+        self.journal_path = Path(cache_path)
         settings = dict(system.settings())
         self._settings_json = canonical_json(settings)  # fails now on a setting that is not plain JSON
         self._settings = settings
