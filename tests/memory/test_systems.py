@@ -162,7 +162,7 @@ def test_two_jobs_building_one_history_at_once_ingest_it_once(tmp_path):
     assert received(system, made[0].namespace(question)) == {f"s000{i}": 1 for i in range(5)}
 
 
-KILLED_BUILD = """
+KILLED_BUILD = """  # argv: the question record's file, the cache folder, the system's ingest latency
 import json, sys
 from pathlib import Path
 from lme.data.load import parse_question
@@ -170,7 +170,7 @@ from lme.memory.systems.base import SystemMemoryBuilder
 from lme.memory.systems.local import LocalSystem
 question = parse_question(json.loads(Path(sys.argv[1]).read_text()), Path("synthetic.json"), 0)
 cache = Path(sys.argv[2])
-system = LocalSystem(cache / "local_system", ingest_latency_s=0.4)
+system = LocalSystem(cache / "local_system", ingest_latency_s=float(sys.argv[3]))
 print(SystemMemoryBuilder(system, cache_path=cache / "memory_systems.sqlite", poll_interval_s=0.01).build(question).text)
 """
 
@@ -193,7 +193,7 @@ def test_a_killed_ingestion_resumes_and_sends_nothing_twice(tmp_path):
     (tmp_path / "q.json").write_text(json.dumps(record))
     question = parse_question(record, Path("synthetic.json"), 0)
     cache = tmp_path / "cache"
-    child = subprocess.Popen([sys.executable, "-c", KILLED_BUILD, str(tmp_path / "q.json"), str(cache)],
+    child = subprocess.Popen([sys.executable, "-c", KILLED_BUILD, str(tmp_path / "q.json"), str(cache), "0.4"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60
     while acknowledged(cache) < 2 and time.monotonic() < deadline and child.poll() is None:
@@ -217,6 +217,19 @@ def test_a_killed_ingestion_resumes_and_sends_nothing_twice(tmp_path):
     assert journal.counts(namespace) == (5, 5) and journal.state(namespace).done
     assert journal._conn.execute("SELECT COUNT(*) FROM claims").fetchone()[0] == 0
     journal.close()
+
+
+def test_two_processes_building_one_history_at_once_ingest_it_once(tmp_path):
+    record = question_record(QUESTION, SESSIONS)
+    (tmp_path / "q.json").write_text(json.dumps(record))
+    cache = tmp_path / "cache"
+    children = [subprocess.Popen([sys.executable, "-c", KILLED_BUILD, str(tmp_path / "q.json"), str(cache), "0.1"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outputs = [child.communicate(timeout=120) for child in children]
+    assert [child.returncode for child in children] == [0, 0], [err[-2000:] for _, err in outputs]
+    assert outputs[0][0] == outputs[1][0] and "Pixel" in outputs[0][0]
+    namespace = builder(cache).namespace(parse_question(record, Path("synthetic.json"), 0))
+    assert received(LocalSystem(cache / "local_system"), namespace) == {f"s000{i}": 1 for i in range(5)}
 
 
 # ---------------------------------------------------------------------------------------- the journal's faults
