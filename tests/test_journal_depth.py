@@ -28,7 +28,8 @@ def test_a_deep_line_is_one_sentence_whatever_the_recursion_limit():
 
 
 def test_brackets_inside_strings_are_text_not_nesting():
-    from lme.answer.run import JOURNAL_NESTING, _nested_past
+    from lme.answer.run import JOURNAL_NESTING
+    from lme.data.validate import nested_past as _nested_past
 
     assert _nested_past("[" * (JOURNAL_NESTING + 1), JOURNAL_NESTING)
     assert not _nested_past("[" * JOURNAL_NESTING + "]" * JOURNAL_NESTING, JOURNAL_NESTING)

@@ -47,7 +47,7 @@ from typing import Any
 from lme.answer.reader import Reader, build_reader_messages
 from lme.answer.rules import FIRST_PASS_VIEW, RuleStep, route_instruction
 from lme.data.records import Question
-from lme.data.validate import MAX_NESTING
+from lme.data.validate import MAX_NESTING, nested_past
 from lme.util.errors import LmeError, first_line
 from lme.util.hashing import sha256_text
 from lme.judge import Judge, Verdict
@@ -336,31 +336,6 @@ def outcome_from_row(raw: Any, source: str | Path | None = None) -> Outcome:
 JOURNAL_NESTING = MAX_NESTING  # arrays and objects open at once in a journal line (lme's rows need a handful)
 
 
-def _nested_past(text: str, limit: int) -> bool:
-    """Whether JSON `text` opens more than `limit` arrays or objects at once (brackets inside strings not
-    counted). Lines with few brackets, every row lme writes, are answered by a count alone."""
-    if text.count("[") + text.count("{") <= limit:
-        return False
-    depth, in_string, escaped = 0, False, False
-    for char in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "[{":
-            depth += 1
-            if depth > limit:
-                return True
-        elif char in "]}":
-            depth -= 1
-    return False
-
-
 class JournalLineError(LmeError):
     """A journal line that is not JSON at all (as a line cut by a kill is); `LmeError`'s sentence."""
 
@@ -372,7 +347,7 @@ def parse_journal_line(line: str, source: str | Path | None = None) -> Outcome:
     limit or numbers too long to convert."""
     where = str(source) if source is not None else "a journal line"
     try:
-        if _nested_past(line, JOURNAL_NESTING):  # before the C parser, whose depth check follows the recursion
+        if nested_past(line, JOURNAL_NESTING):  # before the C parser, whose depth check follows the recursion
             raise RecursionError  # limit: raised high (a library, a test) it would overflow the C stack instead
         raw = json.loads(line)
     except RecursionError:

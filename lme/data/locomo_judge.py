@@ -40,7 +40,7 @@ from types import MappingProxyType
 from typing import Any
 
 from lme.data.parse import check_data_file
-from lme.data.validate import MAX_NESTING, value_problem
+from lme.data.validate import MAX_NESTING, nested_past, value_problem
 from lme.util.errors import LmeError
 from lme.util.hashing import sha256_text
 
@@ -109,31 +109,6 @@ def is_adversarial(question_type: str) -> bool:
 def fill_template(template: str, question: str, gold_answer: str, generated_answer: str) -> str:
     """The judge's one user message: the template filled by name, as Mem0's `ACCURACY_PROMPT.format(...)`."""
     return template.format(question=question, gold_answer=gold_answer, generated_answer=generated_answer)
-
-
-def nested_past(text: str, limit: int = MAX_NESTING) -> bool:
-    """Whether JSON `text` opens more than `limit` arrays or objects at once (brackets in strings not counted),
-    checked before the C parser sees it (its own depth check follows the recursion limit)."""
-    if text.count("[") + text.count("{") <= limit:
-        return False
-    depth, in_string, escaped = 0, False, False
-    for char in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "[{":
-            depth += 1
-            if depth > limit:
-                return True
-        elif char in "]}":
-            depth -= 1
-    return False
 
 
 def _shown(text: str, width: int = 80) -> str:
@@ -266,6 +241,6 @@ def load_locomo_judge(path: str | Path, expected_sha256: str = LOCOMO_J_TEMPLATE
 __all__ = [
     "ADVERSARIAL_NOTE", "ADVERSARIAL_PHRASES", "ADVERSARIAL_TYPE", "FORMAT_FIELDS", "LABELS", "LOCOMO_J_KEY",
     "LOCOMO_J_NAME", "LOCOMO_J_SOURCE", "LOCOMO_J_TEMPLATE_SHA256", "MEM0_MODEL", "MEM0_REQUEST", "LocomoJudgeFile",
-    "adversarial_correct", "fill_template", "is_adversarial", "load_locomo_judge", "nested_past", "read_label",
+    "adversarial_correct", "fill_template", "is_adversarial", "load_locomo_judge", "read_label",
     "template_fields",
 ]

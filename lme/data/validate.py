@@ -318,3 +318,30 @@ def located(path: Path, where: Where, problem: str) -> str:
         return f"{path}: {f'after record {where.index - 1}: ' if where.index else ''}{problem}."
     subject = f"question {where.question_id}" if where.question_id else f"record {where.index}"
     return f"{path}: {subject}: {f'field {where.field}: ' if where.field else ''}{problem}."
+
+
+def nested_past(text: str, limit: int = MAX_NESTING) -> bool:
+    """Whether JSON `text` opens more than `limit` arrays or objects at once (brackets in strings not counted),
+    checked before the C parser sees it: its own depth check follows the recursion limit, and with the limit
+    raised a deep enough text overflows the C stack. Text with few brackets (every row lme writes) is answered
+    by a count alone. Used by the journal reader and the LoCoMo judge's template reader."""
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    depth, in_string, escaped = 0, False, False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif char in "]}":
+            depth -= 1
+    return False
