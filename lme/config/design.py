@@ -58,7 +58,9 @@ RUN_ONLY_PATHS: tuple[str, ...] = (
 RUN_ONLY_LEAVES: frozenset[str] = frozenset(
     {"concurrency", "timeout_s", "max_attempts", "api_key_env", "cache_path", "index_dir", "device",
      "batch_size", "progress", "requests_per_minute", "tokens_per_minute", "backoff_base_s", "backoff_max_s",
-     "retry_after_max_s", "unreachable_after_s"}
+     "retry_after_max_s", "unreachable_after_s",
+     # a memory system's waits (lme.memory.systems): how long and how often, never what is stored or found
+     "ready_timeout_s", "poll_interval_s", "ingest_latency_s", "index_delay_s"}
 )
 
 

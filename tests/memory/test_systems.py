@@ -347,3 +347,6 @@ def test_where_the_stores_live_is_not_part_of_the_design():
     here, there = design("cache_dir=/tmp/a"), design("cache_dir=/tmp/b")
     assert here == there and "cache_path" not in here["memory"] and "index_dir" not in here["memory"]["system"]
     assert design("memory.system.tokenizer=unicode61") != here
+    # how long and how often lme waits for a system is not part of the design either
+    assert design("cache_dir=/tmp/a", "memory.ready_timeout_s=5", "memory.poll_interval_s=1",
+                  "memory.system.ingest_latency_s=2", "memory.system.index_delay_s=3") == here
