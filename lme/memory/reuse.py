@@ -57,7 +57,11 @@ class ReusedMemory:
 
 def reused(memory: Memory) -> Memory:
     """A kept memory as a later job sees it: the model calls that built it (a model-built memory) were paid by
-    the job that built it, so here they count as served from the cache (list price kept, nothing spent)."""
+    the job that built it, so here they count as served from the cache (list price kept, nothing spent); a memory
+    system's sessions ingested by that job count as reused here (`ingested_now` 0)."""
+    if memory.notes.get("ingested_now", "0") != "0":
+        sessions = str(int(memory.notes["ingested_now"]) + int(memory.notes.get("ingested_reused", "0")))
+        memory = replace(memory, notes={**memory.notes, "ingested_now": "0", "ingested_reused": sessions})
     if not memory.model_calls:
         return memory
     return replace(memory, model_calls=tuple(replace(call, cached=True) for call in memory.model_calls))

@@ -232,6 +232,9 @@ def estimate_design(design: Design, seeds: Sequence[int], progress: bool = False
     max_output = _reader_max_output(plan.reader.model, notes)
     counted = _count_questions(design, plan, judge, questions, seeds, max_output, progress)
     notes.extend(model_built_note(writer, design.cache_dir) for writer in plan.writers)
+    notes.extend(f"memory system {system.system.name}: nothing ingested or searched; the reader's input is counted "
+                 f"at its largest, memory.max_bytes ({system.max_bytes:,} bytes), and an ingestion's own cost (a "
+                 "system's model calls) is not estimated" for system in systems_of(list(plan.views.values())))
     cached = _cached_keys(design.cache_dir, _call_keys(counted.reads))
     prices = _prices_of(plan.reader.model, judge, max_output)
     estimates = tuple(
@@ -295,7 +298,24 @@ def _plan(design: Design, seeds: Sequence[int]) -> _Plan:
     stage_builder = stage_memory(design, stage, views, retriever) if stage is not None else None
     for writer in model_built([*views.values(), stage_builder]):
         writer.plan_only()
+    for system in systems_of([*views.values(), stage_builder]):
+        system.plan_only()  # a memory system: nothing ingested or searched, its memory counted at its largest
     return _Plan(reader, views, writers, stage, stage_builder)
+
+
+def systems_of(builders: Sequence[Any]) -> list[Any]:
+    """The memory-system builders among `builders` (`lme.memory.systems`), once each."""
+    from lme.memory.systems.base import SystemMemoryBuilder
+
+    found: dict[int, Any] = {}
+    for builder in builders:
+        for _ in range(8):  # or wrapped in one (`.builder`, `.inner`), as `model_built` looks
+            if builder is None:
+                break
+            if isinstance(builder, SystemMemoryBuilder):
+                found[id(builder)] = builder
+            builder = getattr(builder, "builder", None) or getattr(builder, "inner", None)
+    return list(found.values())
 
 
 def _judge_or_note(design: Design, notes: list[str]) -> Any:

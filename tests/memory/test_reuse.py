@@ -79,3 +79,16 @@ def test_a_run_wraps_its_builders_by_config(tmp_path: Path) -> None:
         digests.append(builder.digest)
     assert digests[0] == digests[1] != digests[2]  # the seed is not part of a memory; top_k is
     keep_only(set())
+
+
+def test_a_memory_systems_ingestion_counts_once_in_a_process():
+    """The job that built a memory-system memory ingested its sessions; a later job reusing it ingested none."""
+    from lme.memory.base import Memory
+    from lme.memory.reuse import reused
+
+    built = Memory(text="t", n_bytes=1, turn_ids=(), notes={"ingested_now": "3", "ingested_reused": "1", "x": "y"})
+    again = reused(built)
+    assert again.notes == {"ingested_now": "0", "ingested_reused": "4", "x": "y"}
+    assert built.notes["ingested_now"] == "3"  # the kept memory itself is unchanged
+    plain = Memory(text="t", n_bytes=1, turn_ids=())
+    assert reused(plain) is plain

@@ -350,3 +350,16 @@ def test_where_the_stores_live_is_not_part_of_the_design():
     # how long and how often lme waits for a system is not part of the design either
     assert design("cache_dir=/tmp/a", "memory.ready_timeout_s=5", "memory.poll_interval_s=1",
                   "memory.system.ingest_latency_s=2", "memory.system.index_delay_s=3") == here
+
+
+def test_an_estimate_ingests_and_searches_nothing(tmp_path):
+    """`lme estimate` of a memory-system design makes no ingestion (which may cost a system's model calls) and
+    counts the reader's input at the memory's largest."""
+    done = subprocess.run(
+        [sys.executable, "-m", "lme", "estimate", "+design=system_local", "limit=3", f"cache_dir={tmp_path}/cache"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        env={k: v for k, v in os.environ.items() if not k.startswith("LME_")})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "memory system local: nothing ingested or searched" in done.stdout + done.stderr
+    assert not (tmp_path / "cache" / "memory_systems.sqlite").exists()
+    assert not (tmp_path / "cache" / "local_system").exists()

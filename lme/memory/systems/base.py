@@ -160,7 +160,17 @@ class SystemMemoryBuilder:
     def namespace(self, question: Question) -> str:
         return namespace_for(system_sessions(question), self.system.name, self._settings)
 
+    def plan_only(self) -> None:
+        """For `lme estimate`: from now on `build` ingests and searches nothing (an ingestion may cost model calls)
+        and gives the largest memory the reader could get, `max_bytes` of words, so the reader's input is
+        counted at its most."""
+        self._planning = True
+
     def build(self, question: Question) -> Memory:
+        if getattr(self, "_planning", False):
+            text = ("word " * (self.max_bytes // 5)).rstrip()
+            return Memory(text=text, n_bytes=utf8_len(text), turn_ids=(),
+                          notes={"system": self.system.name, "planned": "not ingested or searched (an estimate)"})
         sessions = system_sessions(question)
         namespace = namespace_for(sessions, self.system.name, self._settings)
         ingestion = self._ingest(namespace, sessions)
