@@ -239,7 +239,7 @@ def test_a_file_holding_none_of_the_split_says_so(sample) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "needle"),
     [
-        ({"question_types": ("multi-hop",)}, "unknown type 'multi-hop'"),
+        ({"question_types": ("multi-hops",)}, "unknown type 'multi-hops'"),
         ({"question_ids": ("a", "b", "a")}, "a is listed twice"),
         ({"limit": -1}, "limit=-1"),
         ({"split_missing": "ignore"}, "split_missing=ignore"),
