@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from lme.models.ledger import process_alive
 from lme.util.sqlite import StoreConnection, StoreKind, immediate, open_store
 
 JOURNAL_FILE = "memory_systems.sqlite"
@@ -62,22 +63,6 @@ SYSTEM_JOURNAL = StoreKind(
 
 _HELD: set[str] = set()  # the claim tokens this process's threads hold now
 _HELD_LOCK = threading.Lock()
-
-
-def process_alive(pid: int) -> bool:
-    """Whether process `pid` runs on this machine (a zombie, killed and not yet reaped, does not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            state = handle.read().rsplit(")", 1)[-1].split()
-    except OSError:
-        return True
-    return not (state and state[0] in ("Z", "X"))
 
 
 @dataclass(frozen=True)
@@ -149,7 +134,7 @@ class IngestionJournal:
         if pid == os.getpid():
             with _HELD_LOCK:
                 return token not in _HELD
-        return not process_alive(pid)
+        return not process_alive(pid, "")  # the ledger's test: gone, or a zombie not yet reaped
 
     def release(self, namespace: str, token: str) -> None:
         with _HELD_LOCK:
