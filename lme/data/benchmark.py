@@ -84,12 +84,14 @@ def judge_template_key(question: Question) -> str:
 
 def json_document(data: bytes, path: Path) -> Any:
     """A benchmark file's bytes as JSON, or one sentence naming the file."""
-    from lme.data.validate import MAX_NESTING
+    from lme.data.validate import MAX_NESTING, nested_past
 
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise DataError(f"{path}: not UTF-8 text (byte {exc.start}).") from None
+    if nested_past(text):  # before the C parser, whose depth check follows the recursion limit
+        raise DataError(f"{path}: JSON nested deeper than {MAX_NESTING} levels.")
     try:
         return json.loads(text)
     except RecursionError:

@@ -134,6 +134,7 @@ def test_a_file_that_is_not_locomo_is_refused(tmp_path):
     path = tmp_path / "x.json"
     for content, words in ((b"{}", "JSON array of conversations"), (b"[1]", "not an object"),
                            (b"\xff", "not UTF-8"), (b"[", "not valid JSON"),
+                           (b"[" * 200_000, "nested deeper than 64 levels"),
                            (json.dumps(TINY + TINY).encode(), "appears twice")):
         path.write_bytes(content)
         with pytest.raises(DataError, match=words):
