@@ -350,6 +350,9 @@ def _open_stores(design: Design, parts: _Parts) -> tuple[CallCache, Ledger, Gate
     from lme.memory.model_built import attach_gateway as attach_memory_gateway
 
     attach_memory_gateway([parts.builder, *parts.views.values()], gateway)  # a model-built memory's calls: the same
+    from lme.memory.systems.base import attach_gateway as attach_system_gateway
+
+    attach_system_gateway([parts.builder, *parts.views.values()], gateway)  # a memory system's model calls: the same
     return cache, ledger, gateway
 
 

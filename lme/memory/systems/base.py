@@ -250,3 +250,13 @@ def _drain(acknowledged: Iterable[str], journal: IngestionJournal, namespace: st
     for session_id in acknowledged:
         journal.acknowledge(namespace, str(session_id))
         yield str(session_id)
+
+
+def attach_gateway(builders: Iterable[Any], gateway: Any) -> None:
+    """Give every system among `builders` that makes model calls (it has `attach_gateway`, as Mem0's adapter does)
+    the job's gateway, so its calls use the job's call cache, ledger, caps, retries and trace."""
+    for builder in builders:
+        system = getattr(builder, "system", None) if isinstance(builder, SystemMemoryBuilder) else None
+        attach = getattr(system, "attach_gateway", None)
+        if callable(attach):
+            attach(gateway)
