@@ -115,6 +115,62 @@ class CallStats:
 
 
 @dataclass(frozen=True)
+class SystemStats:
+    """What an external memory system did for a question's first-pass memory (`lme.memory.systems.base` notes):
+    its history's namespace, the sessions ingested by this build (`ingested_now`) and those already there, and
+    this build's ingestion: seconds in the system's `ingest`, its model calls, tokens and list-price dollars
+    (all 0 when nothing was ingested now, so a history's ingestion is counted once, on the question that did
+    it), what the system says the ingestion cost (`reported_cost_usd`, None: not reported); the search's
+    latency, model calls and dollars, the wait for readiness, the results returned and those the reader got."""
+
+    system: str
+    namespace: str
+    sessions: int = 0
+    ingested_now: int = 0
+    ingested_reused: int = 0
+    ingest_s: float = 0.0
+    ingest_calls: int = 0
+    ingest_input_tokens: int = 0
+    ingest_output_tokens: int = 0
+    ingest_cost_usd: float = 0.0
+    reported_cost_usd: float | None = None
+    search_latency_ms: float = 0.0
+    search_calls: int = 0
+    search_cost_usd: float = 0.0
+    ready_wait_s: float = 0.0
+    results: int = 0
+    included: int = 0
+
+    @classmethod
+    def of(cls, memory: Memory | None) -> SystemStats | None:
+        """The stats in a memory system's notes (None: not a memory system's memory, or an estimate's plan).
+        A memory whose history was ingested by an earlier build (`ingested_now` 0: another question, job or
+        process) counts no ingestion."""
+        notes = memory.notes if memory is not None else {}
+        if "namespace" not in notes or "ingested_now" not in notes:
+            return None
+
+        def number(key: str, kind: Any = int) -> Any:
+            try:
+                return kind(notes.get(key, 0) or 0)
+            except ValueError:
+                return kind(0)
+
+        now = number("ingested_now")
+        ingest = {"ingest_s": number("ingest_s", float), "ingest_calls": number("ingest_calls"),
+                  "ingest_input_tokens": number("ingest_input_tokens"),
+                  "ingest_output_tokens": number("ingest_output_tokens"),
+                  "ingest_cost_usd": number("ingest_cost_usd", float),
+                  "reported_cost_usd": number("ingest_reported_cost_usd", float)
+                  if "ingest_reported_cost_usd" in notes else None} if now else {}
+        return cls(system=str(notes.get("system", "")), namespace=str(notes["namespace"]),
+                   sessions=number("sessions"), ingested_now=now, ingested_reused=number("ingested_reused"),
+                   search_latency_ms=number("search_latency_ms", float), search_calls=number("search_calls"),
+                   search_cost_usd=number("search_cost_usd", float), ready_wait_s=number("ready_wait_s", float),
+                   results=number("results"), included=number("included"), **ingest)
+
+
+@dataclass(frozen=True)
 class Step:
     """One step of a question: the first pass, or a rule in configured order (also when it did not fire)."""
 
@@ -165,6 +221,9 @@ class Outcome:
     category: int = 0  # LoCoMo's category number, 1-5; 0: not a LoCoMo question
     reference_answer: str = ""  # the reference as LoCoMo scores it (`scored_reference`)
     locomo_f1: float = 0.0  # LoCoMo's F1 of `answer` (a missing answer: 0.0)
+    # An external memory system's figures for the first-pass memory (`SystemStats`); None (and no `system` key in
+    # the row, `outcome_row`) for every other memory
+    system: SystemStats | None = None
 
     @property
     def complete(self) -> bool:
@@ -201,12 +260,15 @@ LOCOMO_KEYS = ("category", "reference_answer", "locomo_f1")  # an outcome row's 
 
 
 def outcome_row(outcome: Outcome) -> dict[str, Any]:
-    """The outcome as a row (`asdict`), without `LOCOMO_KEYS` when it is not a LoCoMo question's (`category` 0):
-    a LongMemEval row keeps exactly the keys it had before LoCoMo came."""
+    """The outcome as a row (`asdict`), without `LOCOMO_KEYS` when it is not a LoCoMo question's (`category` 0)
+    and without `system` when its memory is not a memory system's: a row keeps exactly the keys it had before
+    LoCoMo and memory systems came."""
     row = asdict(outcome)
     if not outcome.category:
         for key in LOCOMO_KEYS:
             del row[key]
+    if outcome.system is None:
+        del row["system"]
     return row
 
 
@@ -306,6 +368,8 @@ def _build(cls: Any, raw: Any, where: str, prefix: str) -> Any:
         if kind == "CallStats":
             values[name] = CallStats() if value is None and name == "memory" else _build(CallStats, value, where,
                                                                                          label + ".")
+        elif kind == "SystemStats | None":
+            values[name] = None if value is None else _build(SystemStats, value, where, label + ".")
         elif kind == "tuple[Step, ...]":
             if value is None:
                 values[name] = ()
@@ -315,6 +379,8 @@ def _build(cls: Any, raw: Any, where: str, prefix: str) -> Any:
             values[name] = tuple(_build(Step, item, where, f"{label}[{index}].") for index, item in enumerate(value))
         else:
             values[name] = _check_value(kind, value, where, label)
+    if cls is SystemStats and not values.get("namespace"):
+        raise _bad(where, prefix + "namespace", "is missing or empty")
     if cls is Outcome and not values["question_id"]:
         raise _bad(where, "question_id", "is empty")
     return cls(**values)
@@ -742,6 +808,7 @@ def _outcome(asking: _Asking, steps: list[Step], answer: str | None, verdict: Ve
         memory=CallStats.total(s.memory for s in steps),
         memory_error=memory_error,
         **locomo_fields(question, answer),
+        system=SystemStats.of(first_memory),
     )
 
 

@@ -3,7 +3,10 @@
 - `per_type_accuracy.png`: mean-of-runs accuracy per question type (and overall) for every
   design, with its 95% stratified-bootstrap interval;
 - `paired_differences.png`: a forest plot of every paired comparison on both measures (mean of
-  runs, correct in a majority of runs), point and 95% interval, with the zero line.
+  runs, correct in a majority of runs), point and 95% interval, with the zero line;
+- `accuracy_vs_cost.png`: every design (memory systems and lme's own alike) as a point, mean-of-runs accuracy
+  with its 95% stratified-bootstrap interval against dollars per question at list price (answering plus a memory
+  system's ingestion once per history, `lme.reporting.system_measures.QuestionCost`).
 
 Each title says what is plotted and on which questions (`Report.data`, when every design ran on
 the same ones); an empty forest plot says why it is empty.
@@ -17,6 +20,7 @@ from lme.reporting.report import Report, majority_name
 
 PER_TYPE_PNG = "per_type_accuracy.png"
 DIFFERENCES_PNG = "paired_differences.png"
+COST_PNG = "accuracy_vs_cost.png"
 
 
 def _pyplot():
@@ -133,6 +137,44 @@ def plot_differences(report: Report, path: Path) -> Path:
     return path
 
 
+def cost_title(report: Report) -> str:
+    title = ("Accuracy (mean of runs, 95% stratified bootstrap interval) against dollars per question\n"
+             "(list price: answering, plus a memory system's ingestion once per history)")
+    line = data_line(report)
+    return f"{title}\n{line}" if line else title
+
+
+def plot_accuracy_cost(report: Report, path: Path) -> Path:
+    """One point per design: x its dollars per question, y its mean-of-runs accuracy with the 95% interval; a
+    memory system's point is a square, lme's own designs circles."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8.0, 5.2), dpi=120)
+    for i, d in enumerate(report.designs):
+        cost = d.per_question.usd_per_question if d.per_question is not None else float("nan")
+        if cost != cost:  # no row to price
+            continue
+        value, interval = d.summary.mean_accuracy, d.intervals.overall[0]
+        low = max(0.0, 100 * (value - interval.low)) if interval.low == interval.low else 0.0
+        high = max(0.0, 100 * (interval.high - value)) if interval.high == interval.high else 0.0
+        marker = "s" if d.system is not None else "o"
+        label = f"{d.label} ({'memory system, ' if d.system is not None else ''}{_plural(d.summary.n_runs, 'run')})"
+        ax.errorbar([cost], [100 * value], yerr=[[low], [high]], fmt=marker, capsize=4, color=f"C{i % 10}",
+                    label=label)
+        ax.annotate(d.label, (cost, 100 * value), textcoords="offset points", xytext=(6, 4), fontsize=8)
+    ax.set_xlabel("dollars per question (list price)")
+    ax.set_ylabel("accuracy, mean of runs (%)")
+    ax.set_ylim(0, 105)
+    ax.set_xlim(left=0)
+    ax.set_title(cost_title(report), fontsize=9)
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
 def write_plots(report: Report, directory: Path) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
-    return [plot_per_type(report, directory / PER_TYPE_PNG), plot_differences(report, directory / DIFFERENCES_PNG)]
+    return [plot_per_type(report, directory / PER_TYPE_PNG), plot_differences(report, directory / DIFFERENCES_PNG),
+            plot_accuracy_cost(report, directory / COST_PNG)]

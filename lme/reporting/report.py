@@ -23,6 +23,11 @@ Conventions, stated in every report:
   questions counted in their base type (LongMemEval's "Task-averaged Accuracy"). Mastra's
   LongMemEval runner prints the task-averaged number as its "Overall Accuracy" ("average of
   N question types"), so a published Mastra score compares with the task-averaged column;
+- memory systems (`lme.memory.systems`) and lme's own designs share one table (`systems_table`): accuracy,
+  dollars per question (answering at list price, reader and memory calls, plus a memory system's ingestion
+  counted once per history and spread over the questions: `lme.reporting.system_measures`), and for a memory
+  system its ingestion (time, calls, dollars, what the system reported) and search latency p50/p95 ("—" for a
+  design that is not a memory system); the plot `accuracy_vs_cost.png` draws the same;
 - a report over LoCoMo runs opens with LoCoMo's own figures (J without the adversarial category, F1 as LoCoMo's
   evaluation.py scores it, each per category, and their paired differences between designs: `locomo_section`),
   before lme's accuracy tables; a report never mixes LoCoMo and LongMemEval runs (`build_report` refuses).
@@ -57,6 +62,7 @@ from lme.reporting.measures import (
 )
 from lme.models.offline import stand_ins_note
 from lme.reporting.locomo_f1 import CATEGORY_NAMES
+from lme.reporting.system_measures import QuestionCost, SystemSummary, question_cost, system_summary
 from lme.reporting.locomo_measures import (
     ADVERSARIAL,
     LocomoAcross,
@@ -204,6 +210,8 @@ class DesignReport:
     data: str | None = None
     questions_digest: str | None = None
     locomo: LocomoAcross | None = None  # LoCoMo runs: their J and F1 over the runs (None: LongMemEval)
+    system: SystemSummary | None = None  # a memory system's ingestion and search over the runs (None: not one)
+    per_question: QuestionCost | None = None  # dollars per question (answering, plus a system's ingestion)
 
     @property
     def official(self) -> bool:
@@ -299,6 +307,7 @@ def design_report(design: DesignRuns, n_resamples: int, seed: int) -> DesignRepo
     runs = [correct_map(rows) for rows in runs_rows]
     question_sets = {frozenset(row["question_id"] for row in rows) for rows in runs_rows}
     judges = tuple(sorted({job.judge_label for job in design.jobs}, key=lambda j: (j.name, j.model or "", j.kind)))
+    system = system_summary(runs_rows)
     return DesignReport(
         label=design.label,
         design=design.design,
@@ -319,6 +328,8 @@ def design_report(design: DesignRuns, n_resamples: int, seed: int) -> DesignRepo
         data=design.data,
         questions_digest=design.questions_digest,
         locomo=locomo_across_runs(runs_rows),
+        system=system,
+        per_question=question_cost(runs_rows, len(types), system),
     )
 
 
@@ -744,6 +755,47 @@ def cost_table(report: Report) -> str:
     return _table(header, rows, "l" + "r" * (len(header) - 2) + "l")
 
 
+NOT_A_SYSTEM = "—"  # a cell of the systems table for a design that is not a memory system
+SYSTEMS_NOTE = (
+    "Memory systems and lme's own designs, one row each. Dollars per question at list price (cached calls "
+    "included): answering (the reader's calls and the memory's model calls, a memory system's search calls among "
+    "them; mean over question-runs; the judge's calls are not the design's) plus a memory system's ingestion (its "
+    "model calls through lme, and what a hosted system reported charging), counted once per history and spread "
+    "over the design's questions. Ingestion happens once per history, system and settings: a history found "
+    "already ingested (by an earlier run, seed or design) counts as reused and costs nothing in these runs. "
+    "Search latency: the system's search call per question-run, p50 and p95. " + NOT_A_SYSTEM + ": not a memory "
+    "system."
+)
+
+
+def _ms(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:,.1f} ms"
+
+
+def systems_table(report: Report) -> str:
+    """Every design in one table: accuracy, dollars per question, and a memory system's ingestion and search."""
+    header = ["design", "memory system", "mean of runs (95% interval)", "$ / question", "answering $ / question",
+              "histories ingested / reused", "ingestion time", "ingestion calls (tokens in / out)",
+              "ingestion cost", "ingestion cost reported by the system", "search p50", "search p95"]
+    rows = []
+    for d in report.designs:
+        low, high = d.intervals.overall[0].low, d.intervals.overall[0].high
+        accuracy = f"{_pct(d.summary.mean_accuracy)} [{_pct(low)}, {_pct(high)}]"
+        cost = d.per_question
+        money = [_usd(cost.usd_per_question), _usd(cost.answering_usd)] if cost is not None else ["-", "-"]
+        s = d.system
+        if s is None:
+            rows.append([d.label, NOT_A_SYSTEM, accuracy, *money, *[NOT_A_SYSTEM] * 7])
+            continue
+        rows.append([
+            d.label, ", ".join(s.systems), accuracy, *money, f"{s.histories_ingested} / {s.histories_reused}",
+            f"{s.ingest_s:,.1f} s", f"{s.ingest_calls:,} ({s.ingest_input_tokens:,} / {s.ingest_output_tokens:,})",
+            _usd(s.ingest_cost_usd), "not reported" if s.reported_cost_usd is None else _usd(s.reported_cost_usd),
+            _ms(s.search_latency_ms_p50), _ms(s.search_latency_ms_p95),
+        ])
+    return _table(header, rows, "ll" + "r" * (len(header) - 2))
+
+
 def primary_lines(report: Report) -> list[str]:
     """The report's first lines: each preregistration record's primary measure and planned comparisons."""
     lines = []
@@ -920,6 +972,7 @@ def render_markdown(report: Report) -> str:
         out += ["## Re-read steps", "", STEPS_NOTE, ""]
         for d in with_steps:
             out += [steps_section(d, majority), ""]
+    out += ["## Memory systems and dollars per question", "", systems_table(report), "", SYSTEMS_NOTE, ""]
     out += ["## Cost", "", cost_table(report), "", COST_NOTE]
     unpriced = [f"{d.label}: {d.cost.unpriced_calls}" for d in report.designs if d.cost.unpriced_calls]
     if unpriced:
@@ -947,6 +1000,13 @@ def report_json(report: Report) -> dict[str, Any]:
         entry = asdict(d)
         if entry["locomo"] is None:  # a LongMemEval run: its JSON as before LoCoMo came
             del entry["locomo"]
+        if entry["system"] is None:  # not a memory system
+            del entry["system"]
+        else:
+            entry["system"]["ingestion_usd"] = d.system.ingestion_usd
+        if d.per_question is not None:
+            entry["per_question"] |= {"usd_per_question": d.per_question.usd_per_question,
+                                      "ingestion_per_question_usd": d.per_question.ingestion_per_question_usd}
         entry["official_judge"] = d.official
         entry["judges"] = [{"name": j.name, "model": j.model, "official": j.official, "description": j.text}
                            for j in d.judges]
@@ -963,7 +1023,7 @@ def report_json(report: Report) -> dict[str, Any]:
     return _json_safe({
         "n_resamples": report.n_resamples,
         "bootstrap_seed": report.bootstrap_seed,
-        "conventions": {"missing_answers": MISSING_NOTE, "averages": MASTRA_NOTE},
+        "conventions": {"missing_answers": MISSING_NOTE, "averages": MASTRA_NOTE, "systems": SYSTEMS_NOTE},
         "notes": list(report.notes),
         "data": report.data,
         "designs": designs,

@@ -28,6 +28,7 @@ from lme.util.errors import EXIT_BAD_INPUT, EXIT_BUDGET, EXIT_INCOMPLETE, EXIT_I
 from lme.util.hashing import file_sha256_known, sha256_json
 from lme.judge import JudgeLabel
 from lme.reporting.measures import locomo_metrics, run_measures
+from lme.reporting.system_measures import system_metrics
 from lme.models.cache import CallCache
 from lme.models.gateway import Gateway, SystemicFailure, preflight
 from lme.models.ledger import BudgetExhausted, Ledger
@@ -226,18 +227,24 @@ def outcome_table(outcomes: list[Outcome]) -> list[dict[str, Any]]:
         "memory_bytes": o.memory_bytes,
         "memory_error": o.memory_error,
         **({"category": o.category, "locomo_f1": o.locomo_f1} if o.category else {}),
+        **({"ingested_now": o.system.ingested_now, "ingest_s": o.system.ingest_s,
+            "ingest_cost_usd": round(o.system.ingest_cost_usd, 8), "search_latency_ms": o.system.search_latency_ms}
+           if o.system is not None else {}),
     } for o in outcomes]
 
 
 def write_csv(outcomes: list[Outcome], path: Path, rows: list[dict[str, Any]] | None = None) -> None:
-    """The outcomes as one flat CSV row each; `rows`: their `outcome_row`s, when the caller has them already."""
+    """The outcomes as one flat CSV row each; `rows`: their `outcome_row`s, when the caller has them already. A
+    memory system's figures are `system_<name>` columns, on every row when any row has them (blank where the
+    memory failed)."""
     rows = [outcome_row(o) for o in outcomes] if rows is None else rows
+    system_keys = next((list(row["system"]) for row in rows if row.get("system")), [])
     flat = [{k: v for k, v in row.items() if not isinstance(v, (dict, list))} | {
         f"{part}_{k}": v for part in ("reader", "judge", "memory") for k, v in row[part].items()
     } | {
         "rules_reread": " ".join(step["rule"] for step in row["steps"] if step["reread"]),
         "rereads_failed": sum(1 for step in row["steps"] if step["reread"] and step["failed"]),
-    } for row in rows]
+    } | {f"system_{k}": (row.get("system") or {}).get(k) for k in system_keys} for row in rows]
     import io
 
     from lme.util.files import write_bytes_atomic
@@ -458,6 +465,7 @@ def _write_results(outcomes: list[Outcome], out_dir: Path, journal: Journal, tra
     metrics = run_measures(correct, types, abstention).as_metrics() | cost_metrics(outcomes)
     rows = [outcome_row(o) for o in outcomes]  # once: the step metrics, LoCoMo's measures and the CSV read them
     metrics |= locomo_metrics(rows)  # a LoCoMo job's F1 and J (nothing for LongMemEval's questions)
+    metrics |= system_metrics(rows)  # a memory system's ingestion (once per history) and search (nothing otherwise)
     metrics |= run_step_metrics(rows)
     write_csv(outcomes, out_dir / "outcomes.csv", rows)
     from lme.util.files import write_text_atomic
@@ -614,7 +622,23 @@ def print_summary(design: str, seed: int, judge: str, label: JudgeLabel, metrics
 
         _STAND_INS_NOTED.add(tuple(stand_ins))
         lines.append(f"  {stand_ins_note(stand_ins)}.")
+    if "system.histories_ingested" in metrics:
+        lines.insert(2, f"  {system_summary_line(metrics)}")
     print("\n".join(lines), flush=True)
+
+
+def system_summary_line(metrics: Mapping[str, float]) -> str:
+    """A memory system's line of the job's summary: `memory system: 5 histories ingested (12.3 s, 40 model calls,
+    $0.0123; system.ingest_*), 0 reused; search p50 3.1 ms, p95 8.2 ms (system.search_latency_ms.*)`."""
+    ingested, reused = int(metrics["system.histories_ingested"]), int(metrics["system.histories_reused"])
+    reported = metrics.get("system.ingest_reported_cost_usd")
+    return (f"memory system: {ingested} histor{'y' if ingested == 1 else 'ies'} ingested "
+            f"({metrics['system.ingest_s']:.1f} s, {int(metrics['system.ingest_calls'])} model calls, "
+            f"${metrics['system.ingest_cost_usd']:.4f}"
+            + (f", ${reported:.4f} reported by the system" if reported is not None else "")
+            + f"; system.ingest_*), {reused} already ingested (system.histories_reused); search "
+            f"p50 {metrics['system.search_latency_ms.p50']:.1f} ms, p95 {metrics['system.search_latency_ms.p95']:.1f} ms "
+            "(system.search_latency_ms.*)")
 
 
 def locomo_summary(metrics: Mapping[str, float]) -> str:

@@ -7,6 +7,8 @@ recorded wall-clock times:
     question <id>                 inputs: question, question date; outputs: final answer, verdict
       memory <view>               bytes, turns, content SHA-256, the first turn ids; `full`: the memory text
         retrieve <retriever>      the top turn ids with their scores (memories built from a ranking)
+        search <system>           a memory system's raw results, as it returned them before packing: ids,
+                                  scores and (`full`) texts, beside the memory text the reader got
       reader <step>               the exact messages sent (`full`), the answer, tokens, dollars, latency,
                                   from the cache or paid, the payload's attempt and the gateway's attempts
       judge <step>                the judge prompt (`full`), its reply and the verdict
@@ -59,6 +61,7 @@ from lme.util.secrets import clean, cleaned_stream
 from lme.tracking.runs import TrackingSettings, client_for, experiment_id, import_store_modules, serve_run
 
 TOP_TURNS = 20  # turn ids (and scores) named on a memory or retrieval span
+SPAN_NOTES = ("system_results",)  # memory notes shown as a span of their own (`search <system>`), not as attributes
 BATCH = 64  # traces written in one store session at most
 BACKLOG_NOTE = 200  # a job that ends with more traces than this still queued says that it is writing them
 
@@ -431,7 +434,7 @@ class _Store:
             attributes = {"view": event.view, "bytes": memory.n_bytes, "turns": len(memory.turn_ids),
                           "skipped_turns": len(memory.skipped_turn_ids), "sha256": sha,
                           "top_turn_ids": list(memory.turn_ids[:TOP_TURNS]),
-                          **{f"note.{k}": v for k, v in memory.notes.items()}}
+                          **{f"note.{k}": v for k, v in memory.notes.items() if k not in SPAN_NOTES}}
             memory_outputs: dict[str, Any] = {"sha256": sha, "bytes": memory.n_bytes}
             if self.full:
                 memory_outputs = self._memory_text(memory.text, sha, memory_outputs, trace, reads, held)
@@ -444,6 +447,25 @@ class _Store:
                 trace.span(f"retrieve {ranking.retriever}", "RETRIEVER", memory_span, {"query": item.question},
                            top, {"retriever": ranking.retriever, "ranked": len(ranking.turn_ids)},
                            event.start_ns, event.end_ns)
+            if "system_results" in memory.notes:
+                self._system_span(item, trace, memory_span, memory, event)
+
+    def _system_span(self, item: TraceInput, trace: _Trace, parent: str, memory: Any, event: Any) -> None:
+        """A memory system's search: every result it returned, in its order, before packing (`full`: with their
+        texts; `metadata`: ids, scores and each text's SHA-256), and how many the reader got."""
+        notes = memory.notes
+        try:
+            results = json.loads(notes["system_results"])
+        except ValueError:
+            results = []
+        if not self.full:
+            results = [{"id": r.get("id"), "score": r.get("score"), "text_sha256": sha256_text(str(r.get("text")))}
+                       for r in results if isinstance(r, dict)]
+        attributes = {key: notes[key] for key in ("system", "namespace", "top_k", "results", "included",
+                                                  "search_latency_ms", "search_calls") if key in notes}
+        trace.span(f"search {notes.get('system', 'system')}", "RETRIEVER", parent,
+                   {"query": item.question, "top_k": notes.get("top_k")}, {"results": results},
+                   {**attributes, "included_ids": list(memory.turn_ids[:TOP_TURNS])}, event.start_ns, event.end_ns)
 
     def _memory_text(self, text: str, sha: str, memory_outputs: dict[str, Any], trace: _Trace,
                      reads: list[tuple[Any, ...]], held: dict[str, str]) -> dict[str, Any]:

@@ -23,10 +23,23 @@ and hands the reader the system's results as returned, `[<id>] (score <score>) <
 order, packed whole within `max_bytes` (`lme.memory.retrieved.pack_blocks`). Its notes say how many sessions were
 ingested now and how many were already there, how long the wait for readiness and the search took, and how many
 results the system returned.
+
+Measured like every other memory: a system that makes model calls through lme's gateway (`attach_gateway`) hands
+them over with `take_calls()`; the builder takes them after ingesting and after searching. The notes say what this
+build's ingestion cost (`ingest_s`: seconds spent in the system's `ingest`, "0.000" when every session was already
+there; `ingest_calls`, `ingest_input_tokens`, `ingest_output_tokens`, `ingest_cost_usd`: the calls taken after
+ingesting; `ingest_reported_cost_usd`: what a hosted system says its ingestion cost, when it says,
+`reported_cost_usd(namespace)`), what the search cost (`search_calls`, `search_cost_usd`) and every result the
+system returned before packing (`system_results`: a JSON list of `{"id", "score", "text"}` in its order; the trace
+shows it beside the memory the reader got). `Memory.model_calls` carries the calls taken (ingestion and search), so
+the question's outcome counts them as it counts a model-built memory's; a build that fails after some calls were
+made raises `MemoryFailed` with them. The job counts a history's ingestion once, on the question whose build
+ingested it (`ingested_now` > 0): `lme.reporting.measures.system_metrics`.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -117,10 +130,36 @@ def format_result(result: Result) -> str:
 
 @dataclass(frozen=True)
 class Ingestion:
-    """What ingesting a namespace did: sessions sent and acknowledged now, and those already there."""
+    """What ingesting a namespace did: sessions sent and acknowledged now, those already there, and the seconds
+    spent in the system's `ingest` (waiting for another job's claim is not ingesting)."""
 
     now: int
     reused: int
+    seconds: float = 0.0
+
+
+def take_calls(system: Any) -> tuple[Any, ...]:
+    """The model calls `system` made through lme's gateway since the last take (`take_calls()`, optional: a
+    system without it makes no calls lme pays for)."""
+    take = getattr(system, "take_calls", None)
+    return tuple(take()) if callable(take) else ()
+
+
+def calls_notes(prefix: str, calls: Sequence[Any]) -> dict[str, str]:
+    """`<prefix>_calls`, `_input_tokens`, `_output_tokens` and `_cost_usd` (list price; an unpriced call adds 0)
+    of `calls`, as notes."""
+    return {
+        f"{prefix}_calls": str(len(calls)),
+        f"{prefix}_input_tokens": str(sum(int(call.input_tokens) for call in calls)),
+        f"{prefix}_output_tokens": str(sum(int(call.output_tokens) for call in calls)),
+        f"{prefix}_cost_usd": f"{sum(float(call.cost_usd or 0.0) for call in calls):.8f}",
+    }
+
+
+def results_json(results: Sequence[Result]) -> str:
+    """Every result as the system returned it, in its order: `[{"id", "score", "text"}, ...]` (for the trace)."""
+    return json.dumps([{"id": result.id, "score": result.score, "text": result.text} for result in results],
+                      ensure_ascii=False)
 
 
 class SystemMemoryBuilder:
@@ -173,13 +212,24 @@ class SystemMemoryBuilder:
                           notes={"system": self.system.name, "planned": "not ingested or searched (an estimate)"})
         sessions = system_sessions(question)
         namespace = namespace_for(sessions, self.system.name, self._settings)
-        ingestion = self._ingest(namespace, sessions)
-        waited = self._wait_ready(namespace)
-        begun = time.perf_counter()
-        results = self._call("search", lambda: list(self.system.search(namespace, question.question, self.top_k)))
-        latency = time.perf_counter() - begun
+        ingest_calls: tuple[Any, ...] = ()
+        try:
+            try:
+                ingestion = self._ingest(namespace, sessions)
+            finally:
+                ingest_calls = take_calls(self.system)
+            reported = self._reported_cost(namespace) if ingestion.now else None
+            waited = self._wait_ready(namespace)
+            begun = time.perf_counter()
+            results = self._call("search", lambda: list(self.system.search(namespace, question.question, self.top_k)))
+            latency = time.perf_counter() - begun
+        except MemoryFailed as failed:  # the calls made before it failed count (their tokens and dollars)
+            raise MemoryFailed(failed.step, failed.model, failed.reason,
+                               (*failed.calls, *ingest_calls, *take_calls(self.system))) from failed
+        search_calls = take_calls(self.system)
         blocks = [(result.id, format_result(result)) for result in results[: self.top_k]]
         text, included, skipped = pack_blocks(blocks, self.max_bytes)
+        search_notes = calls_notes("search", search_calls)
         return Memory(
             text=text, n_bytes=utf8_len(text), turn_ids=tuple(included), skipped_turn_ids=tuple(skipped),
             notes={
@@ -188,18 +238,32 @@ class SystemMemoryBuilder:
                 "ingested_reused": str(ingestion.reused), "ready_wait_s": f"{waited:.3f}",
                 "search_latency_ms": f"{latency * 1000:.1f}", "results": str(len(results)),
                 "included": str(len(included)), "top_k": str(self.top_k), "max_bytes": str(self.max_bytes),
+                "ingest_s": f"{ingestion.seconds:.3f}", **calls_notes("ingest", ingest_calls),
+                **({"ingest_reported_cost_usd": f"{reported:.8f}"} if reported is not None else {}),
+                "search_calls": search_notes["search_calls"], "search_cost_usd": search_notes["search_cost_usd"],
+                "system_results": results_json(results),
             },
+            model_calls=(*ingest_calls, *search_calls),
         )
+
+    def _reported_cost(self, namespace: str) -> float | None:
+        """What the system says ingesting the namespace cost (`reported_cost_usd(namespace)`, optional: a hosted
+        system that reports its own cost); None when it does not say."""
+        report = getattr(self.system, "reported_cost_usd", None)
+        if not callable(report):
+            return None
+        value = self._call("reported_cost_usd", lambda: report(namespace))
+        return None if value is None else float(value)
 
     def _ingest(self, namespace: str, sessions: Sequence[SystemSession]) -> Ingestion:
         """Ingest what the journal does not hold yet, under the namespace's claim; wait while another job does."""
         journal = self.journal()
         journal.register(namespace, self.system.name, self._settings_json, len(sessions))
-        now = 0
+        now, seconds = 0, 0.0
         while True:
             state = journal.state(namespace)
             if state.done:
-                return Ingestion(now=now, reused=len(sessions) - now)
+                return Ingestion(now=now, reused=len(sessions) - now, seconds=seconds)
             token = journal.claim(namespace)
             if token is None:  # another job ingests it: wait for it to finish (or die, which frees its claim)
                 time.sleep(max(self.poll_interval_s, 0.01))
@@ -207,8 +271,12 @@ class SystemMemoryBuilder:
             try:
                 state = journal.state(namespace)  # what the claim's last holder left
                 missing = [session for session in sessions if session.session_id not in state.acknowledged]
-                now += len(self._call("ingest", lambda: list(_drain(self.system.ingest(namespace, missing),
-                                                                         journal, namespace))))
+                begun = time.perf_counter()
+                try:
+                    now += len(self._call("ingest", lambda: list(_drain(self.system.ingest(namespace, missing),
+                                                                             journal, namespace))))
+                finally:
+                    seconds += time.perf_counter() - begun
                 left = [s.session_id for s in sessions if s.session_id not in journal.state(namespace).acknowledged]
                 if left:
                     raise MemoryFailed(self.name, self.system.name,
