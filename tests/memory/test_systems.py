@@ -363,3 +363,99 @@ def test_an_estimate_ingests_and_searches_nothing(tmp_path):
     assert "memory system local: nothing ingested or searched" in done.stdout + done.stderr
     assert not (tmp_path / "cache" / "memory_systems.sqlite").exists()
     assert not (tmp_path / "cache" / "local_system").exists()
+
+
+# ---------------------------------------------------------------------------------------- measured (item 4)
+
+
+class PayingSystem(LocalSystem):
+    """lme's offline system, as a system whose ingestion and search make model calls through lme's gateway would
+    hand them over (`take_calls`), and which reports what its ingestion cost (`reported_cost_usd`)."""
+
+    def __init__(self, *args, reported=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.pending, self.reported = [], reported
+
+    def _call(self, tokens):
+        from lme.models.gateway import CallResult
+
+        return CallResult(model="lme-offline/extractive-reader", key=f"k{len(self.pending)}", text="{}",
+                          input_tokens=tokens, output_tokens=7, cost_usd=tokens * 1e-6)
+
+    def ingest(self, namespace, sessions):
+        for session_id in super().ingest(namespace, sessions):
+            self.pending.append(self._call(100))  # one extraction call per session
+            yield session_id
+
+    def search(self, namespace, question_text, top_k):
+        self.pending.append(self._call(10))  # one embedding-like call per search
+        return super().search(namespace, question_text, top_k)
+
+    def take_calls(self):
+        taken, self.pending = self.pending, []
+        return taken
+
+    def reported_cost_usd(self, namespace):
+        return self.reported
+
+
+def test_the_notes_measure_ingestion_once_and_hold_the_system_s_raw_results(tmp_path):
+    system = LocalSystem(tmp_path / "local_system", ingest_latency_s=0.02)
+    question = make_question(QUESTION, SESSIONS)
+    first = builder(tmp_path, system, max_bytes=120).build(question)  # room for one result: the rest skipped
+    assert float(first.notes["ingest_s"]) >= 5 * 0.02 and first.notes["ingest_calls"] == "0"
+    assert first.notes["search_calls"] == "0" and first.model_calls == ()
+    raw = json.loads(first.notes["system_results"])
+    expected = system.search(first.notes["namespace"], QUESTION, 100)
+    assert raw == [{"id": r.id, "score": r.score, "text": r.text} for r in expected]  # every result, in order
+    assert len(raw) == int(first.notes["results"]) > int(first.notes["included"]) == len(first.turn_ids) == 1
+    again = builder(tmp_path, system).build(question)  # a later seed: nothing ingested, nothing spent on it
+    assert again.notes["ingest_s"] == "0.000" and again.notes["ingested_now"] == "0"
+    assert again.notes["ingest_cost_usd"] == "0.00000000"
+
+
+def test_a_system_s_model_calls_are_taken_after_ingest_and_after_search(tmp_path):
+    from lme.answer.run import CallStats, SystemStats
+
+    system = PayingSystem(tmp_path / "local_system", reported=0.25)
+    question = make_question(QUESTION, SESSIONS)
+    memory = builder(tmp_path, system).build(question)
+    notes = memory.notes
+    assert (notes["ingest_calls"], notes["ingest_input_tokens"], notes["ingest_output_tokens"]) == ("5", "500", "35")
+    assert float(notes["ingest_cost_usd"]) == pytest.approx(500e-6)
+    assert notes["ingest_reported_cost_usd"] == "0.25000000"
+    assert (notes["search_calls"], float(notes["search_cost_usd"])) == ("1", pytest.approx(10e-6))
+    assert [call.input_tokens for call in memory.model_calls] == [100] * 5 + [10]  # the outcome counts them all
+    assert CallStats.of_calls(memory.model_calls).cost_usd == pytest.approx(510e-6)
+    stats = SystemStats.of(memory)
+    assert (stats.ingested_now, stats.ingest_calls, stats.reported_cost_usd) == (5, 5, 0.25)
+    assert stats.ingest_cost_usd == pytest.approx(500e-6) and stats.search_calls == 1
+    later = SystemStats.of(builder(tmp_path, system).build(question))  # the history was ingested: counted once
+    assert (later.ingested_now, later.ingested_reused, later.ingest_calls, later.ingest_s) == (0, 5, 0, 0.0)
+    assert later.reported_cost_usd is None and later.search_calls == 1
+
+
+def test_a_build_that_fails_after_ingesting_keeps_the_calls_it_made(tmp_path):
+    system = PayingSystem(tmp_path / "local_system", index_delay_s=30)
+    with pytest.raises(MemoryFailed) as failed:
+        builder(tmp_path, system, ready_timeout_s=0.1).build(make_question(QUESTION, SESSIONS))
+    assert str(failed.value).startswith("SystemNotReady:") and len(failed.value.calls) == 5  # paid: counted
+
+
+def test_an_outcome_row_carries_the_system_s_figures_and_reads_back(tmp_path):
+    from lme.answer.run import Outcome, SystemStats, outcome_row, parse_journal_line
+
+    memory = builder(tmp_path, PayingSystem(tmp_path / "local_system")).build(make_question(QUESTION, SESSIONS))
+    outcome = Outcome("q1", "single-session-user", False, "Pixel", True, None, "yes", "", memory.n_bytes,
+                      len(memory.turn_ids), system=SystemStats.of(memory))
+    row = json.loads(outcome.to_json())
+    assert row["system"]["ingested_now"] == 5 and row["system"]["namespace"] == memory.notes["namespace"]
+    assert parse_journal_line(outcome.to_json()) == outcome
+    plain = Outcome("q2", "single-session-user", False, "x", True, None, "yes", "", 1, 1)
+    assert "system" not in outcome_row(plain) and parse_journal_line(plain.to_json()).system is None
+    from lme.util.errors import LmeError
+
+    with pytest.raises(LmeError, match="field system.namespace"):
+        parse_journal_line(json.dumps({**row, "system": {**row["system"], "namespace": ""}}))
+    with pytest.raises(LmeError, match="field system.ingest_calls"):
+        parse_journal_line(json.dumps({**row, "system": {**row["system"], "ingest_calls": "5"}}))
