@@ -17,7 +17,13 @@ paper's reader and NOT the LongMemEval judge, and are named so everywhere:
 - `lme-offline/note-taker` stands in for the small model of a model-built memory
   (`lme.memory.model_built`): from the log lines of its input (`[s0001:2] ...`) it keeps, under their
   session headings, the sentences in the first person, or, when the input opens with a
-  `Question: ...` line (a counting ledger), the sentences sharing a content word with the question.
+  `Question: ...` line (a counting ledger), the sentences sharing a content word with the question;
+- `lme-offline/memory-extractor` stands in for Mem0's LLM (`lme.memory.systems.mem0`): it answers Mem0's
+  extraction prompt (mem0ai 2.2.1's additive extraction: `## New Messages` ... `## Observation Date`) in the
+  JSON shape Mem0 parses, `{"memory": [{"id": "0", "text": ..., "attributed_to": "user"}, ...]}`: one memory
+  per first-person sentence of the user's messages (the note-taker's rule), dated with the observation date
+  and naming the speaker where the message opens with one (`Caroline: ...`); a sentence already among the
+  prompt's existing memories is not given again. Any other prompt gets `{"memory": []}`.
 
 Token counts are estimates (characters / 4), and the calls cost nothing.
 """
@@ -38,7 +44,8 @@ OFFLINE_PROVIDER = "lme-offline"
 READER_MODEL = f"{OFFLINE_PROVIDER}/extractive-reader"
 JUDGE_MODEL = f"{OFFLINE_PROVIDER}/lexical-judge"
 NOTE_MODEL = f"{OFFLINE_PROVIDER}/note-taker"
-OFFLINE_MODELS: tuple[str, ...] = (READER_MODEL, JUDGE_MODEL, NOTE_MODEL)
+MEMORY_EXTRACTOR_MODEL = f"{OFFLINE_PROVIDER}/memory-extractor"
+OFFLINE_MODELS: tuple[str, ...] = (READER_MODEL, JUDGE_MODEL, NOTE_MODEL, MEMORY_EXTRACTOR_MODEL)
 
 DECLINE_ANSWER = "The memory does not contain enough information to answer this question."
 
@@ -143,6 +150,52 @@ def extract_notes(text: str) -> str:
     return "\n".join(out) if out else "No notes."
 
 
+_PROMPT_SECTION = re.compile(r"^## ([^\n]+)\n(.*?)(?=\n\n## |\n\n# Output:|\Z)", re.S | re.M)
+_ROLE_LINE = re.compile(r"^(user|assistant|system): ", re.M)
+_SPEAKER = re.compile(r"^([A-Z][\w.' -]{0,40}): (?=\S)")
+
+
+def _sections(prompt: str) -> dict[str, str]:
+    """The `## Title` sections of a Mem0 extraction prompt, title -> body (the first of each title)."""
+    found: dict[str, str] = {}
+    for match in _PROMPT_SECTION.finditer(prompt):
+        found.setdefault(match.group(1).strip(), match.group(2).strip())
+    return found
+
+
+def extract_memories(prompt: str) -> str:
+    """The memory extractor's reply to Mem0's additive extraction prompt (see the module's docstring)."""
+    sections = _sections(prompt)
+    if "New Messages" not in sections:
+        return json.dumps({"memory": []})
+    date = sections.get("Observation Date", "").strip() or "an unknown date"
+    try:
+        existing = {str(item.get("text", "")) for item in json.loads(sections.get("Existing Memories") or "[]")
+                    if isinstance(item, dict)}
+    except json.JSONDecodeError:
+        existing = set()
+    body = sections["New Messages"]
+    starts = list(_ROLE_LINE.finditer(body))
+    memories: list[dict[str, str]] = []
+    for index, start in enumerate(starts):
+        if start.group(1) != "user":
+            continue
+        end = starts[index + 1].start() if index + 1 < len(starts) else len(body)
+        content = body[start.end():end].strip()
+        speaker_match = _SPEAKER.match(content)
+        speaker = speaker_match.group(1) if speaker_match else "User"
+        content = content[speaker_match.end():] if speaker_match else content
+        for sentence in _SENTENCE_END.split(content):
+            sentence = sentence.strip()
+            if not (_FIRST_PERSON.search(sentence) and len(content_words(sentence)) >= 3):
+                continue
+            text = f"{speaker} said on {date}: {sentence}"
+            if text in existing or any(item["text"] == text for item in memories):
+                continue
+            memories.append({"id": str(len(memories)), "text": text, "attributed_to": "user"})
+    return json.dumps({"memory": memories}, ensure_ascii=False)
+
+
 def _field(prompt: str, labels: tuple[str, ...]) -> tuple[str | None, str | None]:
     for label in labels:
         match = re.search(rf"(?:^|\n){re.escape(label)}:[ \t]*(.*?)\n\n(?:Model Response|[A-Z][\w ]*):", prompt, re.S)
@@ -197,6 +250,8 @@ def respond(model: str, messages: list[dict[str, Any]], params: dict[str, Any] |
         return lexical_verdict(user_text)
     if name == NOTE_MODEL.split("/", 1)[1]:
         return extract_notes(user_text)
+    if name == MEMORY_EXTRACTOR_MODEL.split("/", 1)[1]:
+        return extract_memories(user_text)
     raise ValueError(f"unknown offline model {model!r} (known: {', '.join(OFFLINE_MODELS)})")
 
 
