@@ -149,10 +149,12 @@ def plot_accuracy_cost(report: Report, path: Path) -> Path:
     memory system's point is a square, lme's own designs circles."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8.0, 5.2), dpi=120)
+    costs = [0.0]
     for i, d in enumerate(report.designs):
         cost = d.per_question.usd_per_question if d.per_question is not None else float("nan")
         if cost != cost:  # no row to price
             continue
+        costs.append(cost)
         value, interval = d.summary.mean_accuracy, d.intervals.overall[0]
         low = max(0.0, 100 * (value - interval.low)) if interval.low == interval.low else 0.0
         high = max(0.0, 100 * (interval.high - value)) if interval.high == interval.high else 0.0
@@ -164,7 +166,8 @@ def plot_accuracy_cost(report: Report, path: Path) -> Path:
     ax.set_xlabel("dollars per question (list price)")
     ax.set_ylabel("accuracy, mean of runs (%)")
     ax.set_ylim(0, 105)
-    ax.set_xlim(left=0)
+    right = 1.25 * max(costs) or 1e-4  # room for the labels; offline runs cost $0
+    ax.set_xlim(-0.04 * right, right)  # a $0 design's interval clear of the axis
     ax.set_title(cost_title(report), fontsize=9)
     ax.legend(fontsize=8, loc="lower right")
     ax.grid(alpha=0.3)
