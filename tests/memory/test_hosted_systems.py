@@ -278,7 +278,8 @@ def test_zep_scopes_and_failures(tmp_path):
         system = zep(server, scope="episodes")
         memory = builder(tmp_path, system).build(question)
         assert "user: I adopted a grey kitten named Pixel" in memory.text
-        assert system.calls.counts()["rate_limited"] == 1 and len(server.state.episodes) == 6
+        assert system.request_counts()["rate_limited"] == 1 and len(server.state.episodes) == 6
+        assert len([r for r in server.requests if r.path.endswith("/messages")]) == 4  # 3 sessions, 1 retry
         nodes = builder(tmp_path / "nodes", zep(server, scope="nodes")).build(question)
         assert "user: I adopted a grey kitten" in nodes.text
         server.faults.append(Fault(401))

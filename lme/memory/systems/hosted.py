@@ -2,9 +2,10 @@
 
 - **The key** comes from the environment only (`api_key_env`, e.g. `SUPERMEMORY_API_KEY`), checked as a value the
   way a model's key is (`lme.models.keys.check_key`: nothing an HTTP header cannot carry, no whitespace a shell
-  left). A missing key is one sentence naming the variable (`LmeError`); the job asks for it before its first
-  question (the adapters' `attach_gateway`, which `lme.study.job` calls on every memory system before answering),
-  so a run stops before any question is asked; `lme estimate` never needs it.
+  left). A missing key is one sentence naming the variable (`LmeError`, exit status 2). The adapters ask for it in
+  `attach_gateway`, which the job calls on its memory systems before the first question
+  (`lme.memory.systems.base.attach_gateway`), and at the latest before their first request; `lme estimate`,
+  which sends nothing, never needs it.
 - **Retries** (`HostedCalls.call`): every HTTP call of the vendor's SDK goes through one loop, the SDK's own
   retries turned off (`max_retries=0`), so attempts are never multiplied. A 429, a 408, a 5xx or a connection
   failure is retried up to `max_attempts` in all, waiting the response's `Retry-After` (seconds or an HTTP date,

@@ -151,6 +151,11 @@ class SupermemorySystem:
         found = self.calls.call("searching", lambda: client.search(namespace, query=question_text, **options))
         return [result_of(item) for item in found.results or []]
 
+    def request_counts(self) -> dict[str, int]:
+        """HTTP requests sent (attempts), retries, 429s received and calls failed for good, since this adapter was
+        made (`HostedCalls.counts`)."""
+        return self.calls.counts()
+
     def reported_cost_usd(self, namespace: str) -> float | None:
         """Supermemory reports no cost per request: None (the report says "not reported")."""
         return None

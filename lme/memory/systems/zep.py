@@ -200,6 +200,11 @@ class ZepSystem:
         page = self.calls.call(f"searching {self.scope}", lambda: search(user, **options))
         return [result_of(item, self.scope) for item in (page.items or [])[:top_k]]
 
+    def request_counts(self) -> dict[str, int]:
+        """HTTP requests sent (attempts), retries, 429s received and calls failed for good, since this adapter was
+        made (`HostedCalls.counts`)."""
+        return self.calls.counts()
+
     def reported_cost_usd(self, namespace: str) -> float | None:
         """Zep reports no cost per request: None (the report says "not reported")."""
         return None
