@@ -190,6 +190,16 @@ def test_the_key_comes_from_the_environment_checked_as_a_value(tmp_path, monkeyp
         assert server.requests == []
 
 
+@pytest.mark.parametrize("vendor", ["supermemory", "zep"])
+def test_a_system_still_processing_past_ready_timeout_fails_the_question_unsearched(tmp_path, vendor):
+    question = make_question(QUESTION, SESSIONS[:1])
+    with LoopbackSystems(processing_s=30) as server:
+        system = supermemory(server) if vendor == "supermemory" else zep(server)
+        with pytest.raises(MemoryFailed, match="SystemNotReady"):
+            builder(tmp_path, system, ready_timeout_s=0.3).build(question)
+        assert not any("/search" in r.path for r in server.requests)
+
+
 def test_a_document_that_failed_or_a_missing_namespace_fails_the_question(tmp_path):
     question = make_question(QUESTION, SESSIONS[:1])
     with LoopbackSystems() as server:
@@ -344,8 +354,8 @@ def test_a_401_stops_the_study_with_exit_status_4(tmp_path, design):
         assert key not in done.stdout + done.stderr
         assert key.encode() not in written_bytes(tmp_path / "job")
         # nothing more was sent: at most the requests of the questions in flight when the 401 came back
-        answered = [r for r in server.requests]
-        assert len(answered) <= 8 and all(r.at <= answered[0].at + 0.5 for r in answered)
+        sent = server.requests  # concurrency 8: at most one request per question in flight, none after
+        assert len(sent) <= 8 and all(r.at <= sent[0].at + 0.5 for r in sent)
 
 
 @pytest.mark.slow
