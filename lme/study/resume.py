@@ -72,7 +72,7 @@ def systemic_stop_message(exc: SystemicFailure, journaled: int, total: int, run_
     return (
         f"lme: stopped: {exc.model} failed with {exc.error_class}: {exc.detail}\n"
         f"lme: No retry can fix this, so no further call was sent. {journaled} of {total} questions are journaled "
-        f"in {run_dir / OUTCOMES_ARTIFACT}. Fix the model's name, key or parameters, then resume with: "
+        f"in {run_dir / OUTCOMES_ARTIFACT}. Fix the model's (or memory system's) name, key or parameters, then resume with: "
         + job_resume_command(run_dir, launch)
     )
 
