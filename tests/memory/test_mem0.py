@@ -287,3 +287,25 @@ def test_the_design_runs_offline_and_later_seeds_and_reruns_ingest_nothing(tmp_p
     assert len(again) == 4 and all(row["memory_error"] is None for row in again)
     assert all(row["system"]["ingested_now"] == 0 and row["system"]["ingest_calls"] == 0 for row in again)
     assert (tmp_path / "cache" / "mem0" / "home").is_dir()
+
+
+@pytest.mark.slow
+def test_the_planned_requests_are_the_sent_ones_but_for_the_existing_memories(tmp_path):
+    """`planned_requests` (for `lme estimate`): one request per session, each the one Mem0 sends with its
+    existing memories left out; none with infer off."""
+    from lme.memory.systems.mem0 import Mem0System
+
+    sessions = system_sessions(make_question(QUESTION, SESSIONS))
+    made = Mem0System(tmp_path / "mem0", EXTRACTOR)
+    sent, gateway = [], Gateway()
+    made._send = lambda spec, messages: sent.append(messages) or gateway.run_blocking(
+        gateway.complete(spec, messages, seed=None))
+    planned = made.planned_requests(sessions)
+    list(made.ingest("lme-plan", sessions))
+    assert len(planned) == len(sent) == 6
+    assert planned[0] == sent[0]  # the first session: no memory exists yet
+    for plan, real in zip(planned[1:], sent[1:]):
+        assert plan[0] == real[0]
+        head, _, rest = real[1]["content"].partition("## Existing Memories\n")
+        assert plan[1]["content"] == head + "## Existing Memories\n[]" + rest[rest.index("\n\n## New Messages"):]
+    assert Mem0System(tmp_path / "mem0", EXTRACTOR, infer=False).planned_requests(sessions) == []

@@ -201,6 +201,30 @@ class Mem0System:
                                   id=names.get(str(item["id"]), str(item["id"]))))
         return results
 
+    def planned_requests(self, sessions: Sequence[SystemSession]) -> list[list[dict[str, str]]]:
+        """For `lme estimate`: each session's extraction request as Mem0 would send it (dated, with the previous
+        session's last messages), none sent. Mem0 also puts in it the existing memories closest to the session
+        (up to ten), which exist only once earlier sessions are extracted: they are left out, so the requests
+        are shorter than the real ones by those (a few hundred tokens each at most). No request with `infer` off."""
+        if not self.infer:
+            return []
+        _set_mem0_environment(self.index_dir)
+        from mem0.configs.prompts import ADDITIVE_EXTRACTION_PROMPT, generate_additive_extraction_prompt
+        from mem0.memory.utils import parse_messages
+
+        requests: list[list[dict[str, str]]] = []
+        context: list[dict[str, str]] = []
+        for session in sessions:
+            messages = session_messages(session)
+            day = session.date.date().isoformat()
+            user = generate_additive_extraction_prompt(existing_memories=[], new_messages=parse_messages(messages),
+                                                       last_k_messages=context,
+                                                       custom_instructions=self.custom_instructions)
+            requests.append([{"role": "system", "content": prompt_dated(ADDITIVE_EXTRACTION_PROMPT, day)},
+                             {"role": "user", "content": prompt_dated(user, day)}])
+            context = [{"role": m["role"], "content": m["content"]} for m in messages][-CONTEXT_MESSAGES:]
+        return requests
+
     # -- Mem0's LLM (mem0_bridge.GatewayLlm calls this) -------------------------------------------
 
     def complete(self, messages: list[dict[str, Any]], response_format: Any = None) -> str:
@@ -296,8 +320,7 @@ class Mem0System:
     def _bridge(self) -> Any:
         """`mem0_bridge`, imported once Mem0's environment is set, with this embedder registered."""
         with _IMPORTED:
-            os.environ["MEM0_TELEMETRY"] = "False"
-            os.environ.setdefault("MEM0_DIR", str(self.index_dir / "home"))
+            _set_mem0_environment(self.index_dir)
             from lme.memory.systems import mem0_bridge
             from lme.retrieval.dense import load_sentence_transformer
 
@@ -305,6 +328,12 @@ class Mem0System:
             mem0_bridge.register(self.embedder, model, lock)
             self._dims = int((getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension)())
             return mem0_bridge
+
+
+def _set_mem0_environment(index_dir: Path) -> None:
+    """Telemetry off and Mem0's own folder (`MEM0_DIR`, unless set) under `index_dir`: before mem0 is imported."""
+    os.environ["MEM0_TELEMETRY"] = "False"
+    os.environ.setdefault("MEM0_DIR", str(index_dir / "home"))
 
 
 def _set_last_messages(memory: Any, namespace: str, context: list[dict[str, str]]) -> None:
