@@ -309,3 +309,20 @@ def test_the_planned_requests_are_the_sent_ones_but_for_the_existing_memories(tm
         head, _, rest = real[1]["content"].partition("## Existing Memories\n")
         assert plan[1]["content"] == head + "## Existing Memories\n[]" + rest[rest.index("\n\n## New Messages"):]
     assert Mem0System(tmp_path / "mem0", EXTRACTOR, infer=False).planned_requests(sessions) == []
+
+
+def test_the_extraction_spec_keys_the_calls_as_sent(tmp_path):
+    from lme.memory.systems.mem0 import Mem0System
+    from lme.models.cache import call_key
+
+    made = Mem0System(tmp_path / "mem0", EXTRACTOR)
+    assert made.extraction_spec.params == {**EXTRACTOR.params, "response_format": {"type": "json_object"}}
+    gateway = Gateway(cache=CallCache(tmp_path / "calls.sqlite"))
+    made.attach_gateway(gateway)
+    made._local.day = "2023-06-01"
+    made.complete([{"role": "user", "content": "## New Messages\nuser: I adopted a grey kitten named Pixel.\n"}],
+                  {"type": "json_object"})
+    key = call_key(MEMORY_EXTRACTOR_MODEL, [{"role": "user", "content": "## New Messages\nuser: I adopted a grey "
+                                             "kitten named Pixel.\n"}], made.extraction_spec.params, None)
+    assert CallCache(tmp_path / "calls.sqlite").get(key) is not None
+    assert [call.key for call in made.take_calls()] == [key]

@@ -201,6 +201,12 @@ class Mem0System:
                                   id=names.get(str(item["id"]), str(item["id"]))))
         return results
 
+    @property
+    def extraction_spec(self) -> ModelSpec:
+        """The model spec of Mem0's extraction calls as sent (its `response_format` is JSON): their call-cache keys
+        are `call_key(spec.model, messages, spec.params, None)`, for an estimate to find them in the cache."""
+        return replace(self.model, params={**self.model.params, "response_format": {"type": "json_object"}})
+
     def planned_requests(self, sessions: Sequence[SystemSession]) -> list[list[dict[str, str]]]:
         """For `lme estimate`: each session's extraction request as Mem0 would send it (dated, with the previous
         session's last messages), none sent. Mem0 also puts in it the existing memories closest to the session
