@@ -150,6 +150,11 @@ def test_report_shows_a_memory_system_beside_bm25_and_pipeline(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "memory system: 6 histories ingested" in done.stdout and "0 already ingested" in done.stdout
     assert "memory system: 0 histories ingested (0.0 s, 0 model calls" in done.stdout  # seed 2: all reused
+    tables = sorted((tmp_path / "multirun" / "system_local").glob("*/*/outcomes.csv"))
+    assert len(tables) == 2
+    for table in tables:  # the outcomes' CSV: the system's figures as columns
+        header = table.read_text().splitlines()[0].split(",")
+        assert {"system_ingested_now", "system_ingest_s", "system_search_latency_ms"} <= set(header)
 
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     experiment = client.get_experiment_by_name("lme").experiment_id
