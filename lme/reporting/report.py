@@ -762,9 +762,10 @@ SYSTEMS_NOTE = (
     "them; mean over question-runs; the judge's calls are not the design's) plus a memory system's ingestion (its "
     "model calls through lme, and what a hosted system reported charging), counted once per history and spread "
     "over the design's questions. Ingestion happens once per history, system and settings: a history found "
-    "already ingested (by an earlier run, seed or design) counts as reused and costs nothing in these runs. Ingestion time is the seconds spent in the system's ingest, "
-    "summed over the histories (several may ingest at once). Search latency: the system's search call per question-run, p50 and p95. " + NOT_A_SYSTEM + ": not a memory "
-    "system."
+    "already ingested (by an earlier run, seed or design) counts as reused and costs nothing in these runs. "
+    "Ingestion time is the seconds spent in the system's ingest, summed over the histories (several may ingest at "
+    "once). Search latency: the system's search call per question-run, p50 and p95. " + NOT_A_SYSTEM + ": not a "
+    "memory system."
 )
 
 

@@ -637,8 +637,8 @@ def system_summary_line(metrics: Mapping[str, float]) -> str:
             f"${metrics['system.ingest_cost_usd']:.4f}"
             + (f", ${reported:.4f} reported by the system" if reported is not None else "")
             + f"; system.ingest_*), {reused} already ingested (system.histories_reused); search "
-            f"p50 {metrics['system.search_latency_ms.p50']:.1f} ms, p95 {metrics['system.search_latency_ms.p95']:.1f} ms "
-            "(system.search_latency_ms.*)")
+            f"p50 {metrics['system.search_latency_ms.p50']:.1f} ms, "
+            f"p95 {metrics['system.search_latency_ms.p95']:.1f} ms (system.search_latency_ms.*)")
 
 
 def locomo_summary(metrics: Mapping[str, float]) -> str:
