@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lme.util.errors import LmeError
-from lme.answer.run import (CallStats, Journal, Outcome, Step, parse_journal_line, JOURNAL_FORMAT)
+from lme.answer.run import (CallStats, Journal, Outcome, Step, SystemStats, parse_journal_line, JOURNAL_FORMAT)
 
 
 # --- a job folder, made as a job leaves it ----------------------------------------------------------
@@ -371,8 +371,9 @@ def test_every_field_of_an_outcome_has_a_type_the_parser_checks():
     anything: the parser refuses to guess."""
     from dataclasses import fields
 
-    known = {"str", "int", "float", "bool", "str | None", "bool | None", "CallStats", "tuple[Step, ...]"}
-    for cls in (Outcome, Step, CallStats):
+    known = {"str", "int", "float", "bool", "str | None", "bool | None", "float | None", "CallStats", "tuple[Step, ...]",
+             "SystemStats | None"}
+    for cls in (Outcome, Step, CallStats, SystemStats):
         assert {str(f.type) for f in fields(cls)} <= known, cls
 
 

@@ -382,6 +382,25 @@ def _vector(value: Any) -> Any:
     return np.asarray(value, dtype=np.float64).astype("<f4")
 
 
+_LOGGING_WORKERS: set[asyncio.Task[Any]] = set()
+
+
+def hold_logging_worker() -> None:
+    """Keep a reference to litellm's logging worker task of the running loop until it ends.
+
+    litellm (1.110) runs one logging worker task per event loop and drops its reference to it when calls come from
+    another loop; a job's reader and judge call from the job's loop and a memory's model calls from the gateway's
+    own (`run_blocking`), so each switch left a pending task with no reference, which the garbage collector destroyed
+    mid-run ("Task was destroyed but it is pending!", four such lines in an offline mem0 job of 6 questions, one in
+    a model-built memory's). Held here, each task ends when its loop does (`asyncio.run`'s end, `close_background`)."""
+    from litellm.litellm_core_utils.logging_worker import GLOBAL_LOGGING_WORKER
+
+    task = getattr(GLOBAL_LOGGING_WORKER, "_worker_task", None)
+    if isinstance(task, asyncio.Task) and not task.done() and task not in _LOGGING_WORKERS:
+        _LOGGING_WORKERS.add(task)
+        task.add_done_callback(_LOGGING_WORKERS.discard)
+
+
 async def _cancel_other_tasks() -> None:
     """Cancel every other task of the running loop and wait for them to end."""
     current = asyncio.current_task()
@@ -1000,12 +1019,16 @@ class Gateway:
 
     async def _send(self, litellm: Any, spec: ModelSpec, messages: list[dict[str, Any]], kwargs: dict[str, Any]) -> Any:
         """One request. An offline stand-in runs with no time limit (its answer must not depend on machine load)."""
-        if spec.is_offline:
-            return await litellm.acompletion(model=spec.model, messages=messages, num_retries=0, **kwargs)
-        return await asyncio.wait_for(
-            litellm.acompletion(model=spec.model, messages=messages, timeout=spec.timeout_s, num_retries=0, **kwargs),
-            timeout=spec.timeout_s + 5,
-        )
+        try:
+            if spec.is_offline:
+                return await litellm.acompletion(model=spec.model, messages=messages, num_retries=0, **kwargs)
+            return await asyncio.wait_for(
+                litellm.acompletion(model=spec.model, messages=messages, timeout=spec.timeout_s, num_retries=0,
+                                    **kwargs),
+                timeout=spec.timeout_s + 5,
+            )
+        finally:
+            hold_logging_worker()
 
     def _refused(self, spec: ModelSpec) -> tuple[str, float]:
         """A refused connection: retryable until the endpoint has refused, with no success between, for

@@ -232,9 +232,7 @@ def estimate_design(design: Design, seeds: Sequence[int], progress: bool = False
     max_output = _reader_max_output(plan.reader.model, notes)
     counted = _count_questions(design, plan, judge, questions, seeds, max_output, progress)
     notes.extend(model_built_note(writer, design.cache_dir) for writer in plan.writers)
-    notes.extend(f"memory system {system.system.name}: nothing ingested or searched; the reader's input is counted "
-                 f"at its largest, memory.max_bytes ({system.max_bytes:,} bytes), and an ingestion's own cost (a "
-                 "system's model calls) is not estimated" for system in systems_of(list(plan.views.values())))
+    notes.extend(system_note(system, questions) for system in systems_of(list(plan.views.values())))
     cached = _cached_keys(design.cache_dir, _call_keys(counted.reads))
     prices = _prices_of(plan.reader.model, judge, max_output)
     estimates = tuple(
@@ -304,18 +302,10 @@ def _plan(design: Design, seeds: Sequence[int]) -> _Plan:
 
 
 def systems_of(builders: Sequence[Any]) -> list[Any]:
-    """The memory-system builders among `builders` (`lme.memory.systems`), once each."""
-    from lme.memory.systems.base import SystemMemoryBuilder
+    """The memory-system builders among `builders` (`lme.memory.systems`), or wrapped in one, once each."""
+    from lme.memory.systems.base import system_builders
 
-    found: dict[int, Any] = {}
-    for builder in builders:
-        for _ in range(8):  # or wrapped in one (`.builder`, `.inner`), as `model_built` looks
-            if builder is None:
-                break
-            if isinstance(builder, SystemMemoryBuilder):
-                found[id(builder)] = builder
-            builder = getattr(builder, "builder", None) or getattr(builder, "inner", None)
-    return list(found.values())
+    return system_builders(builders)
 
 
 def _judge_or_note(design: Design, notes: list[str]) -> Any:
@@ -495,6 +485,72 @@ def stage_messages(stage: Any, question: Any, memory: Any, reader: Any, runs: in
     longest = " ".join(["x"] * max_output)
     return arbiter_messages(stage.instruction, question, memory, reader,
                             [longest] * runs if stage.earlier_answers else None)
+
+
+@dataclass(frozen=True)
+class IngestionPlan:
+    """A memory system's ingestion calls still to make (`planned_requests`: Mem0's extraction, one a session): the
+    histories (namespaces) of the questions, those the journal says are ingested, the sessions and calls still to
+    send, their input tokens and the most dollars they may cost."""
+
+    model: str
+    histories: int
+    histories_ingested: int
+    calls: int
+    input_tokens: int
+    input_dollars: float | None
+    dollars_max: float | None
+    prices: tuple[float, float] | None
+
+
+def ingestion_plan(builder: Any, questions: Sequence[Any]) -> IngestionPlan | None:
+    """What ingesting the questions' histories into `builder`'s system would send, none sent: for each history
+    not finished in the ingestion journal, one request per session not yet acknowledged (a system without
+    `planned_requests` makes no model calls it can plan: None). Input tokens are litellm's count of each message,
+    remembered by content (Mem0's fixed instructions are counted once per date, not once per session)."""
+    system = builder.system
+    planned, spec = getattr(system, "planned_requests", None), getattr(system, "extraction_spec", None)
+    if not callable(planned) or spec is None:
+        return None
+    from lme.memory.systems.base import system_sessions
+    from lme.memory.systems.journal import acknowledged_sessions
+    from lme.models.pricing import count_input_tokens, max_output_tokens
+
+    done, acknowledged = acknowledged_sessions(builder.journal_path)
+    seen: set[str] = set()
+    calls = tokens = ingested = 0
+    for question in questions:
+        sessions = system_sessions(question)
+        namespace = builder.namespace(question)
+        if namespace in seen:
+            continue
+        seen.add(namespace)
+        if namespace in done:
+            ingested += 1
+            continue
+        have = acknowledged.get(namespace, frozenset())
+        for session, messages in zip(sessions, planned(sessions)):
+            if session.session_id not in have:
+                calls += 1
+                tokens += sum(count_input_tokens(spec.model, [message]) for message in messages)
+    prices = _prices(spec)
+    return IngestionPlan(spec.model, len(seen), ingested, calls, tokens, _dollars(prices, tokens, 0),
+                         _dollars(prices, tokens, calls * (max_output_tokens(spec) or 0)), prices)
+
+
+def system_note(builder: Any, questions: Sequence[Any]) -> str:
+    """One line on a memory system: its searches are not made (the reader's input is counted at its largest), and
+    its ingestion's model calls, when it plans them (`ingestion_plan`)."""
+    line = (f"memory system {builder.system.name}: nothing ingested or searched; the reader's input is counted at its "
+            f"largest, memory.max_bytes ({builder.max_bytes:,} bytes)")
+    plan = ingestion_plan(builder, questions)
+    if plan is None:
+        return line + "; its ingestion makes no model call lme can count (a hosted system's own cost is its bill)"
+    return (line + f"; ingestion ({plan.model}, once for all seeds and designs): {plan.histories} histories, "
+            f"{plan.histories_ingested} already ingested, {plan.calls} calls to send, {plan.input_tokens:,} input "
+            f"tokens, {_money(plan.input_dollars)} input .. {_money(plan.dollars_max)} with every call's maximum output "
+            f"({_price_note(plan.prices).strip(' ()')}); each request also holds up to ten of the memories already "
+            "extracted, not counted")
 
 
 def model_built_note(writer: Any, cache_dir: Path) -> str:

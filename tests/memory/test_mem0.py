@@ -267,8 +267,13 @@ def run_lme(tmp: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
 def test_the_design_runs_offline_and_later_seeds_and_reruns_ingest_nothing(tmp_path):
     result = run_lme(tmp_path, "+design=mem0", "limit=4", f"hydra.sweep.dir={tmp_path}/sweep", "-m", "seed=1,2")
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "Task was destroyed" not in result.stdout + result.stderr  # litellm's worker held (lme.models.gateway)
     rows = {job: [json.loads(line) for line in (tmp_path / "sweep" / job / "outcomes.jsonl").read_text().splitlines()]
             for job in ("0", "1")}
+    calls = sqlite3.connect(tmp_path / "cache" / "calls.sqlite")  # the job's gateway, its call cache, sent them
+    extractions = calls.execute("SELECT COUNT(*) FROM calls WHERE model = ?", (EXTRACTOR.model,)).fetchone()[0]
+    calls.close()
+    assert extractions == sum(row["system"]["ingest_calls"] for row in rows["0"])
     assert all(len(found) == 4 and all(row["memory_error"] is None for row in found) for found in rows.values())
     assert sum(row["system"]["ingest_calls"] for row in rows["0"]) > 0
     assert all(row["system"]["ingested_now"] == 0 and row["system"]["ingest_calls"] == 0 for row in rows["1"])
@@ -326,3 +331,39 @@ def test_the_extraction_spec_keys_the_calls_as_sent(tmp_path):
                                              "kitten named Pixel.\n"}], made.extraction_spec.params, None)
     assert CallCache(tmp_path / "calls.sqlite").get(key) is not None
     assert [call.key for call in made.take_calls()] == [key]
+
+
+def test_an_estimate_counts_the_ingestion_calls_the_journal_does_not_hold_yet(tmp_path):
+    """`lme estimate +design=mem0`: one extraction call per session of every history not yet ingested (a finished
+    namespace counts none, an acknowledged session none), its tokens litellm's count of the requests Mem0 sends."""
+    from lme.cli import compose_config
+    from lme.config.design import design_from_config
+    from lme.data.dataset import load_dataset
+    from lme.memory.systems.journal import IngestionJournal
+    from lme.models.pricing import count_input_tokens
+    from lme.study.estimate import estimate_design, ingestion_plan, systems_of
+
+    cfg = compose_config(["+design=mem0", "limit=3", f"cache_dir={tmp_path}/cache", "tracking.enabled=false"])
+    design = design_from_config(cfg)
+    _, questions = load_dataset(design.dataset)
+    builder = systems_of([design.build_memory(design.build_retriever())])[0]
+    system = builder.system
+    sessions = [system_sessions(question) for question in questions]
+    first = ingestion_plan(builder, questions)
+    assert first is not None and first.model == EXTRACTOR.model and first.histories == 3
+    assert (first.calls, first.histories_ingested) == (sum(map(len, sessions)), 0)
+    assert first.input_tokens == sum(count_input_tokens(EXTRACTOR.model, [message])
+                                     for history in sessions for request in system.planned_requests(history)
+                                     for message in request)
+    journal = IngestionJournal(builder.journal_path)  # the first history ingested, one session of the second
+    done, half = builder.namespace(questions[0]), builder.namespace(questions[1])
+    journal.register(done, system.name, "{}", len(sessions[0]))
+    journal.finish(done)
+    journal.register(half, system.name, "{}", len(sessions[1]))
+    journal.acknowledge(half, sessions[1][0].session_id)
+    journal.close()
+    later = ingestion_plan(builder, questions)
+    assert (later.histories, later.histories_ingested) == (3, 1)
+    assert later.calls == len(sessions[1]) - 1 + len(sessions[2])
+    note = [n for n in estimate_design(design, [1]).notes if n.startswith("memory system mem0")]
+    assert f"3 histories, 1 already ingested, {later.calls} calls to send" in note[0]

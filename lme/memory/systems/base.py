@@ -320,11 +320,25 @@ def _drain(acknowledged: Iterable[str], journal: IngestionJournal, namespace: st
         yield str(session_id)
 
 
-def attach_gateway(builders: Iterable[Any], gateway: Any) -> None:
-    """Give every system among `builders` that makes model calls (it has `attach_gateway`, as Mem0's adapter does)
-    the job's gateway, so its calls use the job's call cache, ledger, caps, retries and trace."""
+def system_builders(builders: Iterable[Any]) -> list[SystemMemoryBuilder]:
+    """The memory-system builders among `builders`, or wrapped in one (`.builder`: the job's reused memory;
+    `.inner`: a model-built memory over one), once each."""
+    found: dict[int, SystemMemoryBuilder] = {}
     for builder in builders:
-        system = getattr(builder, "system", None) if isinstance(builder, SystemMemoryBuilder) else None
-        attach = getattr(system, "attach_gateway", None)
+        for _ in range(8):
+            if builder is None:
+                break
+            if isinstance(builder, SystemMemoryBuilder):
+                found[id(builder)] = builder
+            builder = getattr(builder, "builder", None) or getattr(builder, "inner", None)
+    return list(found.values())
+
+
+def attach_gateway(builders: Iterable[Any], gateway: Any) -> None:
+    """Give every system among `builders` (or wrapped in one) that makes model calls or checks its key before the
+    first question (it has `attach_gateway`: Mem0's adapter, the hosted ones) the job's gateway, so its calls use
+    the job's call cache, ledger, caps, retries and trace."""
+    for builder in system_builders(builders):
+        attach = getattr(builder.system, "attach_gateway", None)
         if callable(attach):
             attach(gateway)

@@ -149,3 +149,20 @@ class IngestionJournal:
             acknowledged = self._conn.execute("SELECT COUNT(*) FROM ingested WHERE namespace = ?",
                                               (namespace,)).fetchone()[0]
         return (int(row[0]) if row else 0), int(acknowledged)
+
+
+def acknowledged_sessions(path: str | Path) -> tuple[frozenset[str], dict[str, frozenset[str]]]:
+    """For `lme estimate`: the journal's finished namespaces and every namespace's acknowledged sessions, read
+    without writing (no file: nothing ingested yet). A faulty file is one sentence naming it (`StoreError`)."""
+    path = Path(path)
+    if not path.exists():
+        return frozenset(), {}
+    conn = open_store(path, SYSTEM_JOURNAL, readonly=True)
+    try:
+        done = frozenset(str(row[0]) for row in conn.execute("SELECT namespace FROM namespaces WHERE done IS NOT NULL"))
+        acknowledged: dict[str, set[str]] = {}
+        for namespace, session_id in conn.execute("SELECT namespace, session_id FROM ingested"):
+            acknowledged.setdefault(str(namespace), set()).add(str(session_id))
+    finally:
+        conn.close()
+    return done, {namespace: frozenset(ids) for namespace, ids in acknowledged.items()}
