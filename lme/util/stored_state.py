@@ -291,6 +291,26 @@ _TEMP_LOCK = Contract(
 )
 
 
+# A Mem0 namespace's stores (memory=mem0, lme.memory.systems.mem0): any fault lme cannot repair stops the job as a
+# file it keeps does: `lme: stopped:` and one sentence naming the file, the questions journaled so far kept and the
+# resume command (exit 2); the namespace's other files and every other namespace are left as they are.
+_MEM0_NAMESPACE_STORE = Contract(
+    missing="created: on the namespace's first ingestion",
+    unreadable="refuse: `lme: stopped:` naming the file (an I/O error, a directory or a file in its place), the "
+               "journal kept and the resume command",
+    corrupt="refuse: `lme: stopped:` naming the file and saying to move the namespace's folder away with the "
+            "ingestion journal (memory_systems.sqlite); the file is left as it is",
+    wrong_shape="refuse: `lme: stopped:` naming the file, the journal kept and the resume command",
+    locked="refuse: `lme: stopped:` naming the file, after the busy timeout (LME_SQLITE_BUSY_TIMEOUT_S; Mem0's "
+           "history database: Mem0's own 5 s)",
+    read_only="refuse: `lme: stopped:` naming the file, the journal kept and the resume command",
+    full_disk="refuse: `lme: stopped:` naming the file (or the disk); what was committed before is kept, and the "
+              "sessions the ingestion journal acknowledged are not added again",
+    non_utf8_path="refuse: one sentence naming the path as it can be printed",
+    faults=(_WAL_DEBRIS,),
+)
+
+
 STORED: tuple[StoredFile, ...] = (
     # ------------------------------------------------------------------------------------ the cache folder
     StoredFile(
@@ -367,6 +387,91 @@ STORED: tuple[StoredFile, ...] = (
         what="the ingestion journal of external memory systems: each namespace (one per history, system and "
              "settings), the sessions its system acknowledged, whether it is complete, and who ingests it now",
         literals=("memory_systems.sqlite",)),
+    StoredFile(
+        key="lme_sessions.sqlite", pattern="mem0/<namespace>/lme_sessions.sqlite", base="cache_dir",
+        moved_by=("memory.system.index_dir", "cache_dir", "LME_CACHE_DIR"), owner="lme.memory.systems.mem0",
+        format="sqlite", readers=("run", "resume", "multirun", "memory"), writers=("run", "resume", "multirun", "memory"),
+        contract=replace(
+            _MEM0_NAMESPACE_STORE,
+            missing="created: an empty record when the namespace is first ingested; missing beside Mem0's stores of "
+                    "an ingested namespace: refuse, `lme: stopped:` naming the file (its namespace's folder and the "
+                    "ingestion journal are to be moved away together), the journal kept and the resume command",
+            wrong_shape="refuse: `lme: stopped:` naming the file and the table or column that is not lme's, the "
+                        "journal kept and the resume command"),
+        what="lme's record of one Mem0 namespace (memory=mem0): the sessions added, in order, with each one's "
+             "last ten messages (the next add's context), and Mem0's memory id -> `<session>#<n>`",
+        literals=("lme_sessions.sqlite",)),
+    StoredFile(
+        key="mem0 history.db", pattern="mem0/<namespace>/history.db", base="cache_dir",
+        moved_by=("memory.system.index_dir", "cache_dir", "LME_CACHE_DIR"),
+        owner="mem0ai (opened by lme.memory.systems.mem0_bridge)", format="sqlite",
+        readers=("run", "resume", "multirun", "memory"), writers=("run", "resume", "multirun", "memory"),
+        contract=replace(
+            _MEM0_NAMESPACE_STORE,
+            missing="created: by Mem0, empty (it holds Mem0's log of changes and the last messages, which lme sets "
+                    "before each add: nothing searched depends on it)",
+            wrong_shape="refuse: `lme: stopped:` naming the file when Mem0 cannot use its tables, the journal "
+                        "kept and the resume command",
+            faults=(_WAL_DEBRIS, ("wrong_shape", "wrong-types", "accepted: lme never reads Mem0's history rows "
+                                  "(a search does not use them); the last messages of a scope are replaced by lme "
+                                  "before each add"))),
+        what="Mem0's own history database of one namespace: its log of memory changes and the scope's last "
+             "messages (Mem0's SQLiteManager)",
+        literals=("history.db",)),
+    StoredFile(
+        key="mem0 qdrant folder", pattern="mem0/<namespace>/qdrant/", base="cache_dir",
+        moved_by=("memory.system.index_dir", "cache_dir", "LME_CACHE_DIR"),
+        owner="qdrant-client local mode (opened by lme.memory.systems.mem0_bridge)", format="folder",
+        readers=("run", "resume", "multirun", "memory"), writers=("run", "resume", "multirun", "memory"),
+        contract=replace(
+            _MEM0_NAMESPACE_STORE,
+            missing="created: on the namespace's first ingestion; missing under an ingested namespace (lme's record "
+                    "lists its sessions): refuse, `lme: stopped:` naming the folder, the journal kept and the "
+                    "resume command",
+            locked="refuse: `lme: stopped:` naming the folder when another program holds Qdrant's lock on it "
+                   "(`qdrant/.lock`; lme's own processes wait on lme.lock instead), at once: no wait, no hang",
+            wrong_shape="refuse: `lme: stopped:` naming the folder (a collection Qdrant cannot load: wrong "
+                        "dimensions, points it cannot read), the journal kept and the resume command"),
+        what="the namespace's Mem0 memories and their vectors: Qdrant in local mode on disk (`meta.json`, "
+             "`collection/memories/storage.sqlite`, Qdrant's own `.lock`)",
+        literals=("meta.json", "storage.sqlite")),
+    StoredFile(
+        key="mem0 namespace lock", pattern="mem0/<namespace>/lme.lock", base="cache_dir",
+        moved_by=("memory.system.index_dir", "cache_dir", "LME_CACHE_DIR"), owner="lme.memory.systems.mem0",
+        format="lock", readers=("run", "resume", "multirun", "memory"), writers=("run", "resume", "multirun", "memory"),
+        contract=Contract(
+            missing="created",
+            unreadable="refuse: `lme: stopped:` naming the lock file (a directory in its place, an I/O error)",
+            corrupt="accepted: its content is never read",
+            wrong_shape="accepted: its content is never read",
+            locked="accepted: waited for (another lme thread or process has the namespace open; the lock is "
+                   "released when it closes the namespace or dies)",
+            read_only="accepted: opened for a lock only, nothing written (a read-only folder where it is absent: "
+                      "refuse, `lme: stopped:` naming it)",
+            full_disk="accepted: an empty lock file needs no room",
+            non_utf8_path="n/a: its name and its namespace's are lme's (a digest); the cache folder's own path is "
+                          "the cache's case"),
+        what="an empty file flock'ed while a namespace's Mem0 Memory is open, so two threads or processes never "
+             "open one Qdrant folder at once",
+        literals=("lme.lock",)),
+    StoredFile(
+        key="mem0 home", pattern="mem0/home/config.json", base="cache_dir",
+        moved_by=("MEM0_DIR", "memory.system.index_dir", "cache_dir", "LME_CACHE_DIR"), owner="mem0ai",
+        format="json", readers=("run", "resume", "multirun", "memory", "estimate"),
+        writers=("run", "resume", "multirun", "memory", "estimate"),
+        contract=Contract(
+            missing="created: by Mem0 when it is imported (the folder and its config.json)",
+            unreadable="ignored: Mem0 reads an unreadable config.json as empty and writes it again if it can; a "
+                       "file or an unreadable folder in the folder's place: refuse, `lme: stopped:` naming it",
+            corrupt="recovered: Mem0 reads it as empty and writes a new one (it holds only Mem0's anonymous user "
+                    "id, used for telemetry, which lme turns off)",
+            wrong_shape="recovered: as corrupt",
+            locked="n/a: no lock is taken on it",
+            read_only="ignored: Mem0's write of it is best-effort",
+            full_disk="ignored: Mem0's write of it is best-effort (atomic: the earlier file is kept)",
+            non_utf8_path="accepted: the path is the cache folder's; Mem0 takes any"),
+        what="Mem0's own folder (MEM0_DIR, set by lme unless already set): its config.json with an anonymous user "
+             "id; lme turns Mem0's telemetry off (MEM0_TELEMETRY=False)"),
     StoredFile(
         key="local memory system index", pattern="local_system/lme-<digest>.fts5.sqlite", base="cache_dir",
         moved_by=("memory.system.index_dir", "cache_dir", "LME_CACHE_DIR"), owner="lme.memory.systems.local",
@@ -698,6 +803,15 @@ ENVIRONMENT: tuple[EnvVar, ...] = (
            "Anthropic's key", "as OPENAI_API_KEY"),
     EnvVar("GEMINI_API_KEY", "conf/reader/gemini_*.yaml, conf/judge/gemini_flash.yaml (api_key_env)",
            "Google's Gemini key", "as OPENAI_API_KEY"),
+    EnvVar("SUPERMEMORY_API_KEY", "conf/memory/supermemory.yaml (system.api_key_env), lme.memory.systems.supermemory",
+           "Supermemory's key (memory=supermemory)", "as OPENAI_API_KEY"),
+    EnvVar("ZEP_API_KEY", "conf/memory/zep.yaml (system.api_key_env), lme.memory.systems.zep",
+           "Zep Cloud's key (memory=zep)", "as OPENAI_API_KEY"),
+    EnvVar("MEM0_DIR", "lme.memory.systems.mem0 (set unless already set), mem0ai", "Mem0's own folder (its "
+           "config.json); lme sets it to `<memory.system.index_dir>/home` before Mem0 is imported",
+           "refuse: a path Mem0 cannot create, `lme: stopped:` naming it"),
+    EnvVar("MEM0_TELEMETRY", "lme.memory.systems.mem0 (set to False), mem0ai", "Mem0's telemetry: lme turns it off "
+           "before Mem0 is imported", "accepted: lme sets it to False whatever it was"),
     EnvVar("XDG_CACHE_HOME", "lme.tracking.store_template", "the user's cache folder (store templates)",
            "ignored: templates are skipped"),
     EnvVar("TMPDIR", "lme.tracking.runs, lme.retrieval.onnx_runtime", "lock files; exports without a cache file",
@@ -725,6 +839,12 @@ URLS: tuple[Url, ...] = (
     Url("local model servers", "http://localhost:8000/v1 (vLLM), http://localhost:11434/v1 (Ollama), "
         "http://localhost:8080/v1", "conf/reader/local.yaml, conf/judge/local.yaml", ("<model>.api_base",),
         "run with reader=local or judge=local", "as the model APIs"),
+    Url("Supermemory", "https://api.supermemory.ai", "lme.memory.systems.supermemory", ("memory.system.base_url",),
+        "run, resume, multirun, memory with memory=supermemory",
+        "a bad key (401, 403) stops the study in one sentence (SystemicFailure, exit 4), nothing more sent; any other "
+        "failure (retries exhausted) fails its question in one sentence (MemoryFailed), the job going on"),
+    Url("Zep Cloud", "https://api.getzep.com/api/v4", "lme.memory.systems.zep", ("memory.system.base_url",),
+        "run, resume, multirun, memory with memory=zep", "as Supermemory"),
     Url("remote MLflow", "http(s)://, databricks, postgresql://, mysql://, mssql://", "lme.tracking.runs",
         ("tracking.uri",), "run, report, runs repair, ui, export", "refuse: one sentence naming the URI"),
     Url("MLflow UI", "http://127.0.0.1:5000", "lme.cli.ui", ("--host", "--port"), "ui",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from corruption.harness import OUTCOME_KEY, Worker, build_workspace, summary_line
+from corruption.harness import OUTCOME_KEY, Worker, build_mem0_workspace, build_workspace, summary_line
 
 
 @pytest.fixture(scope="session")
@@ -27,6 +27,12 @@ def harness_embedding_server():
 def harness_workspace(harness_worker, harness_embedding_server, tmp_path_factory):
     return build_workspace(harness_worker, tmp_path_factory.mktemp("corruption") / "workspace",
                            harness_embedding_server.base_url)
+
+
+@pytest.fixture(scope="session")
+def harness_mem0_workspace(harness_worker, harness_workspace, tmp_path_factory):
+    """The workspace of the Mem0 cases (memory=mem0 ingested two histories), built at the first such case."""
+    return build_mem0_workspace(harness_worker, harness_workspace, tmp_path_factory.mktemp("corruption-mem0") / "workspace")
 
 
 def harness_outcomes(terminalreporter) -> list[str]:

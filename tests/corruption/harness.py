@@ -263,13 +263,17 @@ COMMAND_ARGV: dict[str, list[str]] = {
     "cache import": ["cache", "import", "{export}", "cache_dir={cache}"],
     "estimate": ["estimate", "limit=2", "cache_dir={cache}"],
     "data stats": ["data", "stats", "dataset.path={dataset}"],
+    # memory=mem0 (the workspace of `build_mem0_workspace`): a new job on the same histories, their namespaces
+    # already ingested, so each question opens its namespace's files and searches them
+    "run mem0": [*_UNTRACKED, "+design=mem0", "seed=1", "hydra.run.dir=job-new"],
 }
 
 
 # Commands that run a job (or compose a retriever over every question): seconds each, so their cases are marked
 # slow; the others take about a second.
 SLOW_COMMANDS = frozenset({"run", "run tracked", "run with prereg", "run on data file", "run on split", "resume",
-                           "estimate", "retrieval", "retrieval on data file", "memory", "memory on split", "embed"})
+                           "estimate", "retrieval", "retrieval on data file", "memory", "memory on split", "embed",
+                           "run mem0"})
 
 
 def fill(argv: list[str], names: dict[str, str]) -> list[str]:
@@ -308,6 +312,21 @@ def build_workspace(worker: Worker, root: Path, embed_base: str) -> dict[str, st
     if not templates:
         raise RuntimeError("building the harness's workspace: no MLflow store template was made")
     return {**names, "run_id": run_id, "root": str(root), "template": templates[0]}
+
+
+def build_mem0_workspace(worker: Worker, names: dict[str, str], root: Path) -> dict[str, str]:
+    """The workspace of the Mem0 cases: a copy of the common one where a job with memory=mem0 (its offline
+    extractor, the packaged MiniLM) ingested the two histories (tens of seconds: built only when a Mem0 case
+    runs). Returns the names with `root` and `mem0ns`, the namespace whose files are faulted."""
+    copy_workspace(names, root)
+    result = worker.run([*fill(_UNTRACKED, names), "+design=mem0", "hydra.run.dir=job-mem0"], root,
+                        case_env({"LME_MLFLOW_TEMPLATES": str(root / names["templates"])}),
+                        root.parent / "build-mem0.txt", timeout=600)
+    namespaces = sorted(path.name for path in (root / names["cache"] / "mem0").glob("lme-*")) \
+        if (root / names["cache"] / "mem0").is_dir() else []
+    if result.rc != 0 or not namespaces:
+        raise RuntimeError(f"building the harness's Mem0 workspace: exited {result.rc}:\n{result.output[-3000:]}")
+    return {**names, "root": str(root), "mem0ns": namespaces[0]}
 
 
 def copy_workspace(names: dict[str, str], target: Path) -> None:
@@ -405,6 +424,15 @@ def _locked(path: Path, fmt: str) -> Applied:
         conn.rollback()
         conn.close()
     return Applied(env={"LME_SQLITE_BUSY_TIMEOUT_S": LOCK_TIMEOUT_S}, undo=[release])
+
+
+def _qdrant_locked(path: Path, fmt: str) -> Applied:
+    """Another program holds Qdrant's lock on its folder (an exclusive flock on `.lock`, as a Qdrant client does)."""
+    import fcntl
+
+    handle = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return Applied(undo=[lambda: os.close(handle)])
 
 
 def _full_disk(path: Path, fmt: str) -> Applied:
@@ -617,6 +645,7 @@ FAULTS: dict[str, tuple[str, tuple[str, ...], Fault]] = {
     "symlink-loop": ("unreadable", ("*",), _loop),
     "read-only": ("read_only", ("*",), _immutable),
     "locked": ("locked", ("sqlite",), _locked),
+    "qdrant-locked": ("locked", ("lock",), _qdrant_locked),
     "full-disk": ("full_disk", ("*",), _full_disk),
     "non-utf8-path": ("non_utf8_path", ("*",), lambda p, f: Applied()),  # done by `Target.non_utf8`
 }
@@ -635,6 +664,7 @@ class Target:
     commands: tuple[str, ...]
     placeholder: str | None = None  # the name whose folder or file a non-UTF-8-path case renames
     faults: tuple[str, ...] | None = None  # only these (None: every fault of its format)
+    workspace: str = "common"  # which workspace it lies in: the common one, or the Mem0 one (build_mem0_workspace)
 
     def fault_names(self) -> list[str]:
         formats = {self.fmt, "sqlite"} if self.fmt == "vectors" else {self.fmt}
@@ -672,6 +702,19 @@ TARGETS: tuple[Target, ...] = (
     Target("dataset file", "{dataset}", "json", ("run on data file", "retrieval on data file", "memory",
                                                   "data stats", "prereg freeze"), "dataset"),
     Target("split id file", "{ids}", "text", ("run on split", "memory on split"), "ids"),
+    # memory=mem0's namespace files (the Mem0 workspace); the cache folder's non-UTF-8 path is the caches' case
+    Target("lme_sessions.sqlite", "{cache}/mem0/{mem0ns}/lme_sessions.sqlite", "sqlite", ("run mem0",), None,
+           workspace="mem0"),
+    Target("mem0 history.db", "{cache}/mem0/{mem0ns}/history.db", "sqlite", ("run mem0",), None, workspace="mem0"),
+    # the Qdrant folder through the files Qdrant keeps in it: its points (SQLite) and its meta.json
+    Target("mem0 qdrant folder", "{cache}/mem0/{mem0ns}/qdrant/collection/memories/storage.sqlite", "sqlite",
+           ("run mem0",), None, workspace="mem0"),
+    Target("mem0 qdrant folder", "{cache}/mem0/{mem0ns}/qdrant/meta.json", "json", ("run mem0",), None,
+           faults=("missing", "truncated-half", "random-bytes", "wrong-types", "directory"), workspace="mem0"),
+    Target("mem0 qdrant folder", "{cache}/mem0/{mem0ns}/qdrant", "folder", ("run mem0",), None,
+           faults=("missing",), workspace="mem0"),
+    Target("mem0 qdrant folder", "{cache}/mem0/{mem0ns}/qdrant/.lock", "lock", ("run mem0",), None,
+           faults=("qdrant-locked",), workspace="mem0"),
 )
 
 # Registry entries the harness does not fault, each with its reason (a test checks every entry is one or other).
@@ -682,6 +725,10 @@ NOT_FAULTED: dict[str, str] = {
                              "locked and full-disk cases are tested in tests/memory/test_systems.py",
     "local memory system index": "opened through lme.util.sqlite.open_store; read only by memory=system_local, "
                                  "its faults tested in tests/memory/test_systems.py",
+    "mem0 namespace lock": "its content is never read (an empty file for a flock); a directory in its place is "
+                           "refused by lme.memory.systems.mem0 (tests/memory/test_mem0.py)",
+    "mem0 home": "Mem0's own best-effort file (read as empty when malformed, rewritten); Mem0 is imported once by "
+                 "the harness's warm worker, before a case's MEM0_DIR, so a case cannot point Mem0 at its copy",
     "hub model cache": "huggingface_hub's own folder (MiniLM ships in a package: no hub cache is read)",
     "mlflow store lock": "its content is never read; it lives in the system's temporary folder, shared by the "
                          "test processes",
@@ -712,12 +759,15 @@ class Case:
 
     @property
     def id(self) -> str:
-        return f"{self.target.key}|{self.fault}|{self.command}"
+        key = self.target.key
+        if key == "mem0 qdrant folder":  # faulted through several of its files
+            key = f"{key}:{self.target.path.rsplit('/qdrant', 1)[1].lstrip('/') or '.'}"
+        return f"{key}|{self.fault}|{self.command}"
 
 
 # A command that runs a job takes seconds: it meets one fault of each class; the cheap commands meet them all.
 SLOW_COMMAND_FAULTS = ("missing", "truncated-half", "random-bytes", "wrong-types", "nan-vectors", "short-vectors",
-                       "deeply-nested", "directory", "locked", "full-disk", "non-utf8-path")
+                       "deeply-nested", "directory", "locked", "qdrant-locked", "full-disk", "non-utf8-path")
 
 
 def cases() -> list[Case]:
@@ -762,7 +812,12 @@ def may_change(relative: str, command: str, names: dict[str, str]) -> bool:
         return True
     verb = registry_command(command)
     first = relative.split("/", 1)[0]
-    if relative.startswith("mlruns/"):
+    if "/mem0/" in relative:  # memory=mem0's namespace files
+        tail = relative.rsplit("/", 1)[-1]
+        key = ("mem0 home" if "/mem0/home/" in relative else "mem0 qdrant folder" if "/qdrant/" in relative
+               else "mem0 namespace lock" if tail == "lme.lock" else "mem0 history.db" if tail == "history.db"
+               else tail)
+    elif relative.startswith("mlruns/"):
         key = "mlruns"
     elif relative.startswith("templates/"):
         key = "mlflow store template"
@@ -805,6 +860,8 @@ def names_the_file(message: str, case: Case, names: dict[str, str], path: Path) 
     words |= {os.fsdecode(path.parent.name)} if case.target.key.startswith(".hydra") else set()
     if case.target.key == "mlruns":
         words |= {"artifact", names["run_id"]}
+    if case.target.key == "mem0 qdrant folder":
+        words |= {"qdrant"}
     if case.target.key == "mlflow store template":
         words |= {"template", "store"}
     return any(word and word.lower() in text for word in words)

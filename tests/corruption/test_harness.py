@@ -35,8 +35,9 @@ def _relative(path: Path, root: Path) -> str:
 
 
 @pytest.mark.parametrize("case", PARAMS)
-def test_stored_file_fault(case, harness_worker, harness_workspace, tmp_path, record_property):
-    names = dict(harness_workspace)
+def test_stored_file_fault(case, harness_worker, harness_workspace, tmp_path, record_property, request):
+    names = dict(harness_workspace if case.target.workspace == "common"
+                 else request.getfixturevalue("harness_mem0_workspace"))
     root = tmp_path / "ws"
     copy_workspace(names, root)
     _, _, fault = FAULTS[case.fault]

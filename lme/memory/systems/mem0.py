@@ -40,11 +40,13 @@ mem0 takes seconds to import: it is imported at the first namespace opened, afte
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import importlib.metadata
 import json
 import os
 import re
+import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -55,16 +57,21 @@ from typing import Any
 
 from lme.data.dates import format_moment
 from lme.memory.base import MemoryFailed
-from lme.memory.systems.base import Result, SystemSession, SystemTurn
+from lme.memory.systems.base import Result, SystemSession, SystemTurn, require_package
 from lme.models.gateway import CallResult, Gateway
 from lme.models.spec import ModelSpec
 from lme.util.errors import LmeError
-from lme.util.sqlite import StoreConnection, StoreKind, immediate, open_store
+from lme.util.sqlite import StoreConnection, StoreError, StoreKind, immediate, open_store, store_error
 
 INGESTION_FORM = "one add per session; last 10 messages of the previous session; Name: text"
 CONTEXT_MESSAGES = 10  # Mem0 keeps and shows this many last messages of a scope
 SIDECAR_FILE = "lme_sessions.sqlite"
 LOCK_FILE = "lme.lock"  # flock'ed while the namespace's Memory is open (an empty file)
+HISTORY_FILE = "history.db"  # Mem0's history database (mem0_bridge.open_memory puts it here)
+QDRANT_FOLDER = "qdrant"  # Qdrant's local storage (mem0_bridge.open_memory)
+QDRANT_COLLECTION = "memories"  # its one collection (mem0_bridge.COLLECTION; named here without importing Mem0)
+_MOVE_AWAY = ("move the namespace's folder {folder} away together with the ingestion journal (memory_systems.sqlite "
+              "beside it in the cache folder): the histories are then ingested again")
 
 _DATED_SECTION = re.compile(r"(## (?:Observation Date|Current Date)\n)[^\n]*")
 _TODAY_IS = re.compile(r"(Today's date is )\d{4}-\d{2}-\d{2}")
@@ -81,6 +88,13 @@ CREATE TABLE IF NOT EXISTS memories (
     "too: the history is then ingested again",
     numbers={"sessions": ("seq",), "memories": ("position",)},
 )
+
+# Mem0's own stores, for their one sentence (`lme.util.sqlite.store_error`): their `loss` is what moving them costs
+HISTORY = StoreKind("Mem0 history database", "", {},
+                    "it holds Mem0's log of changes and the last messages, which lme sets before each add: nothing "
+                    "searched depends on it")
+QDRANT = StoreKind("Mem0 vector store (Qdrant local folder)", "", {},
+                   "the namespace's memories are lost: " + _MOVE_AWAY.format(folder="<cache_dir>/mem0/<namespace>"))
 
 _IMPORTED = threading.Lock()
 
@@ -126,6 +140,7 @@ class Mem0System:
     def __init__(self, index_dir: str | Path, model: ModelSpec, infer: bool = True, threshold: float = 0.1,
                  custom_instructions: str | None = None, embedder: str = "minilm-packaged",
                  result_dates: bool = True, name: str = "mem0") -> None:
+        require_package(name, "mem0", "mem0ai==2.2.1")
         if not isinstance(model, ModelSpec):
             raise LmeError("memory.system.model: expected a model node (`_target_: lme.models.gateway.ModelSpec`).")
         if not isinstance(infer, bool):
@@ -174,8 +189,12 @@ class Mem0System:
         return True  # Mem0's open-source add is synchronous: what it acknowledged is searchable
 
     def ingest(self, namespace: str, sessions: Sequence[SystemSession]) -> Iterator[str]:
-        """Add each session (one `Memory.add`), yielding its id once Mem0 and lme's record hold it."""
+        """Add each session (one `Memory.add`), yielding its id once Mem0 and lme's record hold it. With no session
+        (a history without one, or every one acknowledged) only lme's record is made: a namespace ingested has its
+        folder, so one that vanished later is told apart (`search`)."""
         if not sessions:
+            with self._locked(namespace) as folder:
+                open_store(folder / SIDECAR_FILE, SIDECAR).close()
             return
         with self._opened(namespace) as (memory, sidecar):
             for session in sessions:
@@ -183,11 +202,18 @@ class Mem0System:
                 yield session.session_id
 
     def search(self, namespace: str, question_text: str, top_k: int) -> list[Result]:
-        if top_k <= 0 or not (self.index_dir / namespace / SIDECAR_FILE).exists():
+        if top_k <= 0:
             return []
+        folder = self.index_dir / namespace
+        if not (folder / SIDECAR_FILE).exists() and not (folder / SIDECAR_FILE).is_symlink():
+            raise StoreError(
+                f"{folder / SIDECAR_FILE}: lme's record of the Mem0 namespace is missing, though the ingestion "
+                f"journal counts the history ingested; {_MOVE_AWAY.format(folder=folder)}.", folder / SIDECAR_FILE,
+                "unreadable")
         with self._opened(namespace) as (memory, sidecar):
-            found = memory.search(question_text, top_k=top_k, filters={"user_id": namespace},
-                                  threshold=self.threshold)["results"]
+            with self._mem0_files(folder, "search"):
+                found = memory.search(question_text, top_k=top_k, filters={"user_id": namespace},
+                                      threshold=self.threshold)["results"]
             names = {row[0]: f"{row[1]}#{row[2]}" for row in sidecar.execute(
                 "SELECT memory_id, session_id, position FROM memories")}
         results = []
@@ -265,12 +291,14 @@ class Mem0System:
     # -- one session ------------------------------------------------------------------------------
 
     def _add(self, namespace: str, memory: Any, sidecar: StoreConnection, session: SystemSession) -> None:
-        self._forget(namespace, memory, sidecar, session.session_id)
+        with self._mem0_files(self.index_dir / namespace, "add"):
+            self._forget(namespace, memory, sidecar, session.session_id)
         row = sidecar.execute("SELECT context, COALESCE((SELECT MAX(seq) FROM sessions), 0) FROM sessions "
                               "ORDER BY seq DESC LIMIT 1").fetchone()
         context = json.loads(row[0]) if row else []
         seq = (row[1] if row else 0) + 1
-        _set_last_messages(memory, namespace, context)
+        with self._mem0_files(self.index_dir / namespace, "add"):
+            _set_last_messages(memory, namespace, context)
         messages = session_messages(session)
         self._local.day = session.date.date().isoformat()
         try:
@@ -280,6 +308,9 @@ class Mem0System:
             found = _lme_error_in(exc)
             if found is not None:
                 raise found from exc
+            fault = _file_fault(exc, self.index_dir / namespace, opening=False)
+            if fault is not None:
+                raise fault from None
             raise
         finally:
             self._local.day = None
@@ -303,37 +334,129 @@ class Mem0System:
     # -- one namespace's Memory -------------------------------------------------------------------
 
     @contextmanager
-    def _opened(self, namespace: str) -> Iterator[tuple[Any, StoreConnection]]:
-        """The namespace's Memory and lme's record, under an exclusive lock on its folder; closed after."""
-        bridge = self._bridge()
+    def _locked(self, namespace: str) -> Iterator[Path]:
+        """The namespace's folder, made if absent, under an exclusive lock (`lme.lock`, released by close or by
+        the process's death)."""
         folder = self.index_dir / namespace
-        folder.mkdir(parents=True, exist_ok=True)
-        handle = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        lock = folder / LOCK_FILE
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX)  # released by close, or by the process's death
+            folder.mkdir(parents=True, exist_ok=True)
+            handle = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            where = lock if exc.errno in (errno.EISDIR, errno.ELOOP, errno.EIO) or folder.is_dir() else folder
+            raise StoreError(f"{where}: the Mem0 namespace's lock file cannot be opened ({exc.strerror or exc}); "
+                             "move it away (lme makes a new one) or make its folder writable.", where,
+                             "unreadable") from None
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            yield folder
+        finally:
+            os.close(handle)
+
+    @contextmanager
+    def _opened(self, namespace: str) -> Iterator[tuple[Any, StoreConnection]]:
+        """The namespace's Memory and lme's record, under an exclusive lock on its folder; closed after. A fault
+        of Mem0's own files (its history database, the Qdrant folder) is `StoreError` naming the file."""
+        bridge = self._bridge()
+        with self._locked(namespace) as folder:
             sidecar = open_store(folder / SIDECAR_FILE, SIDECAR)
             try:
-                memory = bridge.open_memory(folder, self.embedder, self._dims or 384, self.custom_instructions, self)
+                added = sidecar.execute("SELECT COUNT(*) FROM sessions").fetchone()[0]
+                if added:
+                    _check_vector_store(folder, added)
+                with self._mem0_files(folder, "open", opening=True):
+                    memory = bridge.open_memory(folder, self.embedder, self._dims or 384, self.custom_instructions,
+                                                self)
                 try:
                     yield memory, sidecar
                 finally:
-                    bridge.close_memory(memory)
+                    with self._mem0_files(folder, "close"):
+                        bridge.close_memory(memory)
             finally:
                 sidecar.close()
-        finally:
-            os.close(handle)
+
+    @staticmethod
+    @contextmanager
+    def _mem0_files(folder: Path, doing: str, opening: bool = False) -> Iterator[None]:
+        """Mem0's work on the namespace's files: a fault of one of them (corrupt, unreadable, locked, a full disk)
+        is `StoreError`, one sentence naming the file; any other failure is raised as it is."""
+        try:
+            yield
+        except LmeError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - sorted by `_file_fault`; the rest is raised as it was
+            fault = _file_fault(exc, folder, opening=opening, doing=doing)
+            if fault is None:
+                raise
+            raise fault from None
 
     def _bridge(self) -> Any:
         """`mem0_bridge`, imported once Mem0's environment is set, with this embedder registered."""
         with _IMPORTED:
             _set_mem0_environment(self.index_dir)
-            from lme.memory.systems import mem0_bridge
+            try:
+                from lme.memory.systems import mem0_bridge
+            except OSError as exc:  # Mem0 makes its folder (MEM0_DIR) when imported
+                where = os.fsdecode(exc.filename or os.environ["MEM0_DIR"])
+                raise StoreError(f"{where}: Mem0's own folder (MEM0_DIR) cannot be made or used ({exc.strerror or exc}); "
+                                 "move what is there away, or set MEM0_DIR to a writable folder.", Path(where),
+                                 "unreadable") from None
             from lme.retrieval.dense import load_sentence_transformer
 
             model, lock = load_sentence_transformer(self.location, "cpu", None)
             mem0_bridge.register(self.embedder, model, lock)
             self._dims = int((getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension)())
             return mem0_bridge
+
+
+def _file_fault(exc: BaseException, folder: Path, opening: bool, doing: str = "use") -> StoreError | None:
+    """The one sentence for a failure of Mem0's files in the namespace's `folder`, or None when `exc` is not one.
+    Which file is told by where it was raised (Qdrant's code: its folder; Mem0's SQLiteManager: the history
+    database) or by the path an `OSError` names. While the Memory is opened, anything Qdrant raises is its
+    folder's fault (a file it cannot parse); later, only SQLite's and the system's I/O errors are."""
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in chain:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    for error in chain:
+        files = _raised_in(error)
+        named = os.fsdecode(getattr(error, "filename", None) or "") if isinstance(error, OSError) else ""
+        if "already accessed by another instance of Qdrant client" in str(error):
+            path = folder / QDRANT_FOLDER
+            return StoreError(f"{path}: another program holds Qdrant's lock on the Mem0 namespace's vector store "
+                              "(its .lock); stop it, then run again.", path, "locked")
+        if (QDRANT_FOLDER in Path(named).parts) or any("qdrant_client" in name for name in files):
+            if opening or isinstance(error, (sqlite3.Error, OSError)):
+                return store_error(folder / QDRANT_FOLDER, QDRANT, error, "open" if opening else doing)
+        elif named.endswith(HISTORY_FILE) or any(name.endswith(os.path.join("mem0", "memory", "storage.py"))
+                                                  for name in files):
+            if isinstance(error, (sqlite3.Error, OSError)):
+                return store_error(folder / HISTORY_FILE, HISTORY, error, doing)
+        elif isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+            return store_error(Path(named) if named else folder, QDRANT, error, doing)
+    return None
+
+
+def _check_vector_store(folder: Path, added: int) -> None:
+    """`StoreError` when the Qdrant folder of a namespace with `added` sessions, or a file Qdrant needs in it, is
+    missing: Qdrant would make an empty one, and the search would find nothing without a word."""
+    qdrant = folder / QDRANT_FOLDER
+    for path in (qdrant, qdrant / "meta.json", qdrant / "collection" / QDRANT_COLLECTION / "storage.sqlite"):
+        if not path.exists() and not path.is_symlink():
+            raise StoreError(
+                f"{path}: missing from the Mem0 namespace's vector store, though lme's record lists {added} "
+                f"session(s) added; {_MOVE_AWAY.format(folder=folder)}.", path, "unreadable")
+
+
+def _raised_in(error: BaseException) -> list[str]:
+    """The source files of the frames `error` passed through (innermost last)."""
+    names = []
+    trace = error.__traceback__
+    while trace is not None:
+        names.append(trace.tb_frame.f_code.co_filename)
+        trace = trace.tb_next
+    return names
 
 
 def _set_mem0_environment(index_dir: Path) -> None:

@@ -34,7 +34,7 @@ logging.getLogger("mem0").setLevel(logging.ERROR)
 
 LLM_PROVIDER = "lme-gateway"
 EMBEDDER_PROVIDER = "lme-sentence-transformers"
-COLLECTION = "memories"
+COLLECTION = "memories"  # lme.memory.systems.mem0.QDRANT_COLLECTION: it checks the collection is there
 
 _MODELS: dict[str, tuple[Any, threading.Lock]] = {}  # model alias -> (loaded model, its lock), set by `register`
 
