@@ -390,7 +390,8 @@ STORED: tuple[StoredFile, ...] = (
     StoredFile(
         key="lme_sessions.sqlite", pattern="mem0/<namespace>/lme_sessions.sqlite", base="cache_dir",
         moved_by=("memory.system.index_dir", "cache_dir", "LME_CACHE_DIR"), owner="lme.memory.systems.mem0",
-        format="sqlite", readers=("run", "resume", "multirun", "memory"), writers=("run", "resume", "multirun", "memory"),
+        format="sqlite", readers=("run", "resume", "multirun", "memory"),
+        writers=("run", "resume", "multirun", "memory"),
         contract=replace(
             _MEM0_NAMESPACE_STORE,
             missing="created: an empty record when the namespace is first ingested; missing beside Mem0's stores of "
@@ -438,7 +439,8 @@ STORED: tuple[StoredFile, ...] = (
     StoredFile(
         key="mem0 namespace lock", pattern="mem0/<namespace>/lme.lock", base="cache_dir",
         moved_by=("memory.system.index_dir", "cache_dir", "LME_CACHE_DIR"), owner="lme.memory.systems.mem0",
-        format="lock", readers=("run", "resume", "multirun", "memory"), writers=("run", "resume", "multirun", "memory"),
+        format="lock", readers=("run", "resume", "multirun", "memory"),
+        writers=("run", "resume", "multirun", "memory"),
         contract=Contract(
             missing="created",
             unreadable="refuse: `lme: stopped:` naming the lock file (a directory in its place, an I/O error)",

@@ -32,7 +32,8 @@ def harness_workspace(harness_worker, harness_embedding_server, tmp_path_factory
 @pytest.fixture(scope="session")
 def harness_mem0_workspace(harness_worker, harness_workspace, tmp_path_factory):
     """The workspace of the Mem0 cases (memory=mem0 ingested two histories), built at the first such case."""
-    return build_mem0_workspace(harness_worker, harness_workspace, tmp_path_factory.mktemp("corruption-mem0") / "workspace")
+    return build_mem0_workspace(harness_worker, harness_workspace,
+                                tmp_path_factory.mktemp("corruption-mem0") / "workspace")
 
 
 def harness_outcomes(terminalreporter) -> list[str]:

@@ -129,6 +129,12 @@ def serve() -> None:
     import importlib
 
     os.environ.setdefault("LME_SQLITE_BUSY_TIMEOUT_S", LOCK_TIMEOUT_S)  # in case it is read when lme.util.sqlite loads
+    # Mem0 reads these once, when imported (below, with every lme module): as lme.memory.systems.mem0 sets them
+    # before its own import, telemetry off and Mem0's folder a temporary one (not the user's ~/.mem0)
+    import tempfile
+
+    os.environ["MEM0_TELEMETRY"] = "False"
+    os.environ.setdefault("MEM0_DIR", tempfile.mkdtemp(prefix="lme-harness-mem0-"))
     import pkgutil
 
     import lme

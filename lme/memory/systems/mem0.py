@@ -73,6 +73,7 @@ QDRANT_COLLECTION = "memories"  # its one collection (mem0_bridge.COLLECTION; na
 _MOVE_AWAY = ("move the namespace's folder {folder} away together with the ingestion journal (memory_systems.sqlite "
               "beside it in the cache folder): the histories are then ingested again")
 
+_QDRANT_HELD = re.compile(r"Storage folder (.+) is already accessed by another instance of Qdrant client")
 _DATED_SECTION = re.compile(r"(## (?:Observation Date|Current Date)\n)[^\n]*")
 _TODAY_IS = re.compile(r"(Today's date is )\d{4}-\d{2}-\d{2}")
 
@@ -89,12 +90,11 @@ CREATE TABLE IF NOT EXISTS memories (
     numbers={"sessions": ("seq",), "memories": ("position",)},
 )
 
-# Mem0's own stores, for their one sentence (`lme.util.sqlite.store_error`): their `loss` is what moving them costs
+# Mem0's own stores, for their one sentence (`lme.util.sqlite.store_error` sorts the fault; `_mem0_store_error` says it)
 HISTORY = StoreKind("Mem0 history database", "", {},
-                    "it holds Mem0's log of changes and the last messages, which lme sets before each add: nothing "
-                    "searched depends on it")
-QDRANT = StoreKind("Mem0 vector store (Qdrant local folder)", "", {},
-                   "the namespace's memories are lost: " + _MOVE_AWAY.format(folder="<cache_dir>/mem0/<namespace>"))
+                    "move the file away: Mem0 starts a new one (it holds Mem0's log of changes and the last messages, "
+                    "which lme sets before each add: nothing a search uses)")
+QDRANT = StoreKind("Mem0 vector store (Qdrant local folder)", "", {}, _MOVE_AWAY)
 
 _IMPORTED = threading.Lock()
 
@@ -398,7 +398,8 @@ class Mem0System:
                 from lme.memory.systems import mem0_bridge
             except OSError as exc:  # Mem0 makes its folder (MEM0_DIR) when imported
                 where = os.fsdecode(exc.filename or os.environ["MEM0_DIR"])
-                raise StoreError(f"{where}: Mem0's own folder (MEM0_DIR) cannot be made or used ({exc.strerror or exc}); "
+                raise StoreError(f"{where}: Mem0's own folder (MEM0_DIR) cannot be made or used "
+                                 f"({exc.strerror or exc}); "
                                  "move what is there away, or set MEM0_DIR to a writable folder.", Path(where),
                                  "unreadable") from None
             from lme.retrieval.dense import load_sentence_transformer
@@ -422,20 +423,32 @@ def _file_fault(exc: BaseException, folder: Path, opening: bool, doing: str = "u
     for error in chain:
         files = _raised_in(error)
         named = os.fsdecode(getattr(error, "filename", None) or "") if isinstance(error, OSError) else ""
-        if "already accessed by another instance of Qdrant client" in str(error):
-            path = folder / QDRANT_FOLDER
-            return StoreError(f"{path}: another program holds Qdrant's lock on the Mem0 namespace's vector store "
-                              "(its .lock); stop it, then run again.", path, "locked")
+        held = _QDRANT_HELD.search(str(error))
+        if held:
+            path = Path(held.group(1))
+            return StoreError(f"{path}: another program (or another Qdrant client in this one) holds Qdrant's lock on "
+                              "this folder (its .lock); stop it, then run again.", path, "locked")
         if (QDRANT_FOLDER in Path(named).parts) or any("qdrant_client" in name for name in files):
             if opening or isinstance(error, (sqlite3.Error, OSError)):
-                return store_error(folder / QDRANT_FOLDER, QDRANT, error, "open" if opening else doing)
+                return _mem0_store_error(folder / QDRANT_FOLDER, QDRANT, error, "open" if opening else doing, folder)
         elif named.endswith(HISTORY_FILE) or any(name.endswith(os.path.join("mem0", "memory", "storage.py"))
                                                   for name in files):
             if isinstance(error, (sqlite3.Error, OSError)):
-                return store_error(folder / HISTORY_FILE, HISTORY, error, doing)
+                return _mem0_store_error(folder / HISTORY_FILE, HISTORY, error, doing, folder)
         elif isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
-            return store_error(Path(named) if named else folder, QDRANT, error, doing)
+            return _mem0_store_error(Path(named) if named else folder, QDRANT, error, doing, folder)
     return None
+
+
+def _mem0_store_error(path: Path, kind: StoreKind, error: BaseException, doing: str, folder: Path) -> StoreError:
+    """The sentence for a fault of one of Mem0's stores: a lock, a full disk or a permission as lme's stores say
+    it; a damaged or unreadable one with what moving it away costs (`kind.loss`)."""
+    found = store_error(path, kind, error, doing)
+    if found.fault not in ("damaged", "unreadable", "not-a-file", "wrong-schema"):
+        return found
+    detail = " ".join(str(error).split()) or type(error).__name__
+    return StoreError(f"{path}: the {kind.what} is damaged or cannot be read ({detail}); "
+                      f"{kind.loss.format(folder=folder)}.", path, found.fault)
 
 
 def _check_vector_store(folder: Path, added: int) -> None:
