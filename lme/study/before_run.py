@@ -13,6 +13,8 @@ nothing written, no `multirun/` or `outputs/` folder and no MLflow store or run:
   `api_key_env` is checked as a value too (`lme.models.keys`): whitespace at either end or inside, a control or
   a non-ASCII character is refused in one sentence naming the variable, the character's position and code point
   (never the key), where before every call failed as a retryable server error;
+- every external memory system (`lme.memory.systems`) builds (its package installed, its settings valid), and a
+  hosted one's key (`api_key_env`) is set and a value an HTTP header can carry;
 - the data file opens as its suffix says and starts a non-empty JSON array (its first bytes; the records are
   the job's, which loads the file beside its start-up), and a `split` names a committed split or an id list;
   a small uncompressed file (the bundled sample) is parsed and the selection made, as the job refuses it;
@@ -89,6 +91,9 @@ class BeforeRun:
                 from lme.models.keys import check_key_variable
 
                 check_key_variable(key_env, f"embedding model {name}")  # a newline, a non-ASCII character
+        for path, node in memory_systems(design):
+            if self.first_time(("memory system", sha256_json(node))):
+                check_memory_system(path, node)
         spec = design.dataset
         if spec.benchmark != "longmemeval" and self.first_time(("speakers", design.name, spec.benchmark)):
             one_user_memories(design)
@@ -194,6 +199,31 @@ def embedding_keys(design: Design) -> Iterator[tuple[str, str]]:
         if (str(node.get("_target_", "")).endswith(_DENSE) and node.get("backend") == "litellm"
                 and node.get("api_key_env")):
             yield str(node["api_key_env"]), str(node.get("name") or node.get("model"))
+
+
+_SYSTEMS = "lme.memory.systems."
+_SYSTEM_BUILDER = "lme.memory.systems.base.SystemMemoryBuilder"
+
+
+def memory_systems(design: Design) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(path, node) of every external memory system of the config (`memory.system`, a view's `system`)."""
+    for path, node in _nodes(plain(design.config)):
+        target = str(node.get("_target_", ""))
+        if target.startswith(_SYSTEMS) and target != _SYSTEM_BUILDER:
+            yield path, node
+
+
+def check_memory_system(path: str, node: Mapping[str, Any]) -> None:
+    """A memory system as the job would build it (its package installed, its settings valid: the constructor's own
+    sentences; nothing is opened or sent), and a hosted system's key, by `lme.memory.systems.hosted.api_key`'s
+    rule (set, and a value an HTTP header can carry)."""
+    from lme.config.components import build
+
+    build(node, path)
+    if node.get("api_key_env") is not None:
+        from lme.memory.systems.hosted import api_key
+
+        api_key(str(node["api_key_env"]), str(node.get("name") or path))
 
 
 _USER_LOG = "UserLogMemoryBuilder"

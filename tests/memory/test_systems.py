@@ -459,3 +459,27 @@ def test_an_outcome_row_carries_the_system_s_figures_and_reads_back(tmp_path):
         parse_journal_line(json.dumps({**row, "system": {**row["system"], "namespace": ""}}))
     with pytest.raises(LmeError, match="field system.ingest_calls"):
         parse_journal_line(json.dumps({**row, "system": {**row["system"], "ingest_calls": "5"}}))
+
+
+_WITHOUT_PACKAGES = """
+import runpy, sys
+for name in ("mem0", "supermemory", "zep_cloud"):
+    sys.modules[name] = None  # as if the 'systems' extra were not installed
+sys.argv = ["lme", *sys.argv[1:]]
+runpy.run_module("lme", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize(("design", "package"), [("mem0", "mem0ai==2.2.1"), ("supermemory", "supermemory==5.0.1"),
+                                                 ("zep", "zep-cloud==4.0.1")])
+def test_a_system_whose_package_is_not_installed_is_refused_before_the_run(tmp_path, design, package):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LME_", "OPENAI"))}
+    done = subprocess.run([sys.executable, "-c", _WITHOUT_PACKAGES, f"+design={design}", "limit=2",
+                           f"cache_dir={tmp_path}/cache", "tracking.enabled=false", f"hydra.run.dir={tmp_path}/run"],
+                          cwd=tmp_path, env=env | {"SUPERMEMORY_API_KEY": "k", "ZEP_API_KEY": "k"},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"lme: error: memory system {design} needs the Python package {package}, which is not installed: "
+        f'pip install -e ".[systems]" (or pip install {package}).')
+    assert "Traceback" not in done.stderr and not (tmp_path / "run").exists()

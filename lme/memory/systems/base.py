@@ -320,6 +320,20 @@ def _drain(acknowledged: Iterable[str], journal: IngestionJournal, namespace: st
         yield str(session_id)
 
 
+def require_package(system: str, module: str, distribution: str) -> None:
+    """Refuse, at composition and before anything runs, a system whose Python package is not installed: one
+    sentence naming it and the install command (`find_spec` imports nothing: Mem0's import takes seconds)."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package missing, or a module set to None in sys.modules
+        found = False
+    if not found:
+        raise LmeError(f"memory system {system} needs the Python package {distribution}, which is not installed: "
+                       f"pip install -e \".[systems]\" (or pip install {distribution}).")
+
+
 def system_builders(builders: Iterable[Any]) -> list[SystemMemoryBuilder]:
     """The memory-system builders among `builders`, or wrapped in one (`.builder`: the job's reused memory;
     `.inner`: a model-built memory over one), once each."""

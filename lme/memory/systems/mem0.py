@@ -241,8 +241,11 @@ class Mem0System:
         if not self.infer:
             return []
         _set_mem0_environment(self.index_dir)
-        from mem0.configs.prompts import ADDITIVE_EXTRACTION_PROMPT, generate_additive_extraction_prompt
-        from mem0.memory.utils import parse_messages
+        try:
+            from mem0.configs.prompts import ADDITIVE_EXTRACTION_PROMPT, generate_additive_extraction_prompt
+            from mem0.memory.utils import parse_messages
+        except OSError as exc:  # Mem0 makes its folder (MEM0_DIR) when imported
+            raise _mem0_dir_error(exc) from None
 
         requests: list[list[dict[str, str]]] = []
         context: list[dict[str, str]] = []
@@ -397,11 +400,7 @@ class Mem0System:
             try:
                 from lme.memory.systems import mem0_bridge
             except OSError as exc:  # Mem0 makes its folder (MEM0_DIR) when imported
-                where = os.fsdecode(exc.filename or os.environ["MEM0_DIR"])
-                raise StoreError(f"{where}: Mem0's own folder (MEM0_DIR) cannot be made or used "
-                                 f"({exc.strerror or exc}); "
-                                 "move what is there away, or set MEM0_DIR to a writable folder.", Path(where),
-                                 "unreadable") from None
+                raise _mem0_dir_error(exc) from None
             from lme.retrieval.dense import load_sentence_transformer
 
             model, lock = load_sentence_transformer(self.location, "cpu", None)
@@ -470,6 +469,13 @@ def _raised_in(error: BaseException) -> list[str]:
         names.append(trace.tb_frame.f_code.co_filename)
         trace = trace.tb_next
     return names
+
+
+def _mem0_dir_error(exc: OSError) -> StoreError:
+    """The sentence for Mem0's own folder (MEM0_DIR), which it makes when imported, when that fails."""
+    where = os.fsdecode(exc.filename or os.environ.get("MEM0_DIR", "MEM0_DIR"))
+    return StoreError(f"{where}: Mem0's own folder (MEM0_DIR) cannot be made or used ({exc.strerror or exc}); move "
+                      "what is there away, or set MEM0_DIR to a writable folder.", Path(where), "unreadable")
 
 
 def _set_mem0_environment(index_dir: Path) -> None:

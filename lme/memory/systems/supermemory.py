@@ -39,7 +39,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from lme.data.dates import format_moment
-from lme.memory.systems.base import Result, SystemSession
+from lme.memory.systems.base import Result, SystemSession, require_package
 from lme.memory.systems.hosted import HostedCalls, HostedError, RetryPolicy, api_key
 from lme.util.errors import LmeError
 
@@ -66,6 +66,7 @@ class SupermemorySystem:
                  threshold: float | None = None, rerank: str | None = None, rewrite_query: bool | None = None,
                  timeout_s: float = 60.0, max_attempts: int = 6, backoff_base_s: float = 1.0,
                  backoff_max_s: float = 60.0, retry_after_max_s: float = 120.0, name: str = "supermemory") -> None:
+        require_package(name, "supermemory", "supermemory==5.0.1")
         for key, value, allowed in (("task_type", task_type, TASK_TYPES), ("dreaming", dreaming, DREAMING),
                                     ("search_mode", search_mode, SEARCH_MODES)):
             if value not in allowed:

@@ -44,7 +44,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from lme.memory.systems.base import Result, SystemSession
+from lme.memory.systems.base import Result, SystemSession, require_package
 from lme.memory.systems.hosted import HostedCalls, HostedError, RetryPolicy, api_key
 from lme.util.errors import LmeError
 
@@ -62,6 +62,7 @@ class ZepSystem:
                  messages_per_call: int = 30, scope: str = "edges", reranker: str | None = None,
                  timeout_s: float = 60.0, max_attempts: int = 6, backoff_base_s: float = 1.0,
                  backoff_max_s: float = 60.0, retry_after_max_s: float = 120.0, name: str = "zep") -> None:
+        require_package(name, "zep_cloud", "zep-cloud==4.0.1")
         if scope not in SCOPES:
             raise LmeError(f"memory.system.scope: expected one of {', '.join(SCOPES)}, got {scope!r}.")
         if not isinstance(messages_per_call, int) or messages_per_call < 1:
