@@ -806,7 +806,7 @@ def registry_command(command: str) -> str:
     """The registry's name (lme.util.stored_state.COMMANDS) of one of the harness's command lines."""
     return {"run tracked": "run", "run with prereg": "run", "run on data file": "run", "run on split": "run",
             "report with prereg": "report", "runs repair new store": "runs repair",
-            "retrieval on data file": "retrieval", "memory on split": "memory"}.get(command, command)
+            "retrieval on data file": "retrieval", "memory on split": "memory", "run mem0": "run"}.get(command, command)
 
 
 def may_change(relative: str, command: str, names: dict[str, str]) -> bool:
