@@ -259,7 +259,8 @@ def test_a_kill_during_ingestion_and_a_rerun_give_the_same_memories_with_no_call
 
 def run_lme(tmp: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
     args = [sys.executable, "-m", "lme", *overrides, "tracking.enabled=false", f"cache_dir={tmp}/cache"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LME_", "OPENAI"))}
+    # MEM0_DIR: an in-process test of this worker set it (Mem0 reads it at import); the job sets its own
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LME_", "OPENAI", "MEM0_"))}
     return subprocess.run(args, cwd=tmp, env=env, capture_output=True, text=True, timeout=600)
 
 
